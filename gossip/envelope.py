@@ -1,0 +1,111 @@
+"""Signed envelopes: `{v, kind, body, signer, sig}` (DESIGN.md, wire protocol).
+
+The signature covers a domain tag, the schema version, the kind and the body bytes, so a body
+signed as one kind cannot be replayed as another. A message id is the blake2b-256 of the canonical
+envelope, recomputed after decoding, so re-encoding the same signed message cannot mint a new id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import msgpack
+
+from gossip.errors import (BAD_SIGNATURE, MALFORMED, OVERSIZED, SCHEMA, UNKNOWN_KIND, UNKNOWN_VERSION,
+                           Rejected)
+from gossip.identity import Identity, verify_signature
+from gossip.messages import MESSAGE_KINDS, Message
+
+VERSION = 1
+MAX_ENVELOPE = 900_000  # py-libp2p's publish() silently drops messages above ~1 MiB
+_DOMAIN = b"swarm/envelope/1\x00"
+_ENVELOPE_KEYS = {"v", "kind", "body", "signer", "sig"}
+
+
+@dataclass(frozen=True)
+class SignedMessage:
+    """A verified message: its body, who signed it, and its id."""
+
+    message: Message
+    signer: bytes
+    msg_id: bytes
+    wire: bytes  # the canonical envelope, to forward or store verbatim
+
+    @property
+    def kind(self) -> str:
+        return self.message.KIND
+
+
+def _refuse_ext(code: int, data: bytes) -> None:
+    raise ValueError(f"msgpack extension type {code} is not part of the protocol")
+
+
+def _unpack(data: bytes) -> object:
+    """Strict msgpack decode: no extension types, str keys only; nesting and lengths are bounded by
+    msgpack itself from the input size (its max_*_len defaults derive from len(data))."""
+    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True, ext_hook=_refuse_ext)
+
+
+def _signed_bytes(version: int, kind: str, body: bytes) -> bytes:
+    return _DOMAIN + msgpack.packb([version, kind, body], use_bin_type=True)
+
+
+def _pack_envelope(version: int, kind: str, body: bytes, signer: bytes, sig: bytes) -> bytes:
+    return msgpack.packb({"v": version, "kind": kind, "body": body, "signer": signer, "sig": sig},
+                         use_bin_type=True)
+
+
+def seal(identity: Identity, message: Message) -> SignedMessage:
+    """Sign `message` as `identity`."""
+    body = message.body_bytes()
+    if len(body) > message.MAX_BODY:
+        raise ValueError(f"{message.KIND} body is {len(body)} bytes, at most {message.MAX_BODY}")
+    sig = identity.sign(_signed_bytes(VERSION, message.KIND, body))
+    wire = _pack_envelope(VERSION, message.KIND, body, identity.public_key, sig)
+    return SignedMessage(message, identity.public_key, hashlib.blake2b(wire, digest_size=32).digest(), wire)
+
+
+def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
+    """Decode and verify an envelope from the network, or raise `Rejected` with the reason."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise Rejected(MALFORMED, "envelope is not bytes")
+    if len(data) > max_size:
+        raise Rejected(OVERSIZED, f"envelope is {len(data)} bytes, at most {max_size}")
+    try:
+        obj = _unpack(bytes(data))
+    except Exception as exc:  # msgpack raises a zoo of types on garbage; all mean the same here
+        raise Rejected(MALFORMED, f"not msgpack: {type(exc).__name__}") from None
+    if not isinstance(obj, dict) or set(obj) != _ENVELOPE_KEYS:
+        raise Rejected(MALFORMED, "not an envelope map {v, kind, body, signer, sig}")
+    version, kind, body, signer, sig = obj["v"], obj["kind"], obj["body"], obj["signer"], obj["sig"]
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise Rejected(MALFORMED, "envelope v is not an integer")
+    if version != VERSION:
+        raise Rejected(UNKNOWN_VERSION, f"schema version {version}, this peer speaks {VERSION}")
+    if not isinstance(kind, str) or kind not in MESSAGE_KINDS:
+        raise Rejected(UNKNOWN_KIND, f"unknown message kind {str(kind)[:32]!r}")
+    if not (isinstance(body, bytes) and isinstance(signer, bytes) and isinstance(sig, bytes)):
+        raise Rejected(MALFORMED, "body, signer and sig must be bytes")
+    if len(signer) != 32 or len(sig) != 64:
+        raise Rejected(MALFORMED, "signer is 32 bytes and sig 64 bytes")
+    cls = MESSAGE_KINDS[kind]
+    if len(body) > cls.MAX_BODY:
+        raise Rejected(OVERSIZED, f"{kind} body is {len(body)} bytes, at most {cls.MAX_BODY}")
+    if not verify_signature(signer, _signed_bytes(version, kind, body), sig):
+        raise Rejected(BAD_SIGNATURE, f"{kind} signature does not verify")
+    message = decode_body(cls, body)
+    wire = _pack_envelope(version, kind, body, signer, sig)
+    return SignedMessage(message, signer, hashlib.blake2b(wire, digest_size=32).digest(), wire)
+
+
+def decode_body(cls: type[Message], body: bytes) -> Message:
+    try:
+        obj = _unpack(body)
+    except Exception as exc:
+        raise Rejected(MALFORMED, f"{cls.KIND} body is not msgpack: {type(exc).__name__}") from None
+    message = cls.from_wire(obj)
+    if message.body_bytes() != body:
+        # Only the canonical encoding is accepted: one message, one byte string, one id.
+        raise Rejected(SCHEMA, f"{cls.KIND} body is not in canonical form")
+    return message

@@ -1,0 +1,33 @@
+"""Why a piece of network input was refused.
+
+Every rejection carries a short, stable reason code (counted per peer by the reputation ledger and
+shown in `swarm-node status`) and a human detail. Nothing from the network is allowed to raise
+anything else: callers catch `Rejected` and count it.
+"""
+
+from __future__ import annotations
+
+# Reason codes. Stable strings: scripts and the TUI group by them.
+OVERSIZED = "oversized"
+MALFORMED = "malformed"
+UNKNOWN_VERSION = "unknown-version"
+UNKNOWN_KIND = "unknown-kind"
+SCHEMA = "schema"
+BAD_SIGNATURE = "bad-signature"
+REPLAYED = "replayed"
+OUT_OF_WINDOW = "out-of-window"
+BANNED = "banned"
+UNAUTHORIZED = "unauthorized"
+WRONG_TOPIC = "wrong-topic"
+UNKNOWN_TASK = "unknown-task"
+RATE_LIMITED = "rate-limited"
+CAPACITY = "capacity"  # we are full (too many tasks, say): not the sender's fault
+
+
+class Rejected(Exception):
+    """Input refused for `reason` (one of the codes above); `detail` says what exactly."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,208 @@
+"""The messages peers gossip, as frozen, self-validating structs.
+
+Each message class has a `KIND` (its name on the wire) and a `MAX_BODY` (the most bytes its encoded
+body may take). The signer of a message is carried by its envelope (`gossip.envelope`), never in the
+body, so a body cannot claim to be from someone else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import ClassVar
+
+import msgpack
+
+from gossip.schema import Scalar, Struct, f
+
+HASH = 32  # blake2b-256 digests and Ed25519 public keys are both 32 bytes
+TASK_ID_HEX = 16  # task ids: 8 bytes of blake2b over the task body, as hex
+MAX_TIME = 1e11  # seconds since the epoch; far beyond any real clock, rejects absurd values
+
+
+class Message(Struct):
+    KIND: ClassVar[str] = ""
+    MAX_BODY: ClassVar[int] = 16 * 1024
+
+    def body_bytes(self) -> bytes:
+        """Canonical encoding: field order is declaration order, so equal messages encode equally."""
+        return msgpack.packb(self.to_wire(), use_bin_type=True)
+
+
+@dataclass(frozen=True)
+class TaskAnnouncement(Message):
+    """What to train, and who may publish policy versions for it. Its id is the hash of its body."""
+
+    KIND: ClassVar[str] = "task"
+    MAX_BODY: ClassVar[int] = 64 * 1024
+
+    name: str = f(max=64)
+    model: str = f(max=256)  # "builtin:<name>" or a model name the node can resolve offline
+    env: str = f(max=64)
+    created_at: float = f(min=0, max=MAX_TIME)
+    expires_at: float = f(min=0, max=MAX_TIME)
+    trainer_keys: tuple[bytes, ...] = f(max=16, item_max=HASH)
+    validator_keys: tuple[bytes, ...] = f(max=64, item_max=HASH)
+    async_level: int = f(min=0, max=16)
+    params: dict[str, Scalar] = f(max=64, item_max=48)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.expires_at <= self.created_at:
+            raise ValueError("TaskAnnouncement: expires_at must be after created_at")
+        if not self.trainer_keys:
+            raise ValueError("TaskAnnouncement: at least one trainer key is required")
+        for key in self.trainer_keys + self.validator_keys:
+            if len(key) != HASH:
+                raise ValueError("TaskAnnouncement: keys are 32-byte Ed25519 public keys")
+        if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
+            raise ValueError("TaskAnnouncement.name: letters, digits, '-', '_' and '.' only")
+
+    @property
+    def task_id(self) -> str:
+        return hashlib.blake2b(self.body_bytes(), digest_size=TASK_ID_HEX // 2).hexdigest()
+
+
+@dataclass(frozen=True)
+class PeerAddrs(Struct):
+    """A peer and where to dial it: carried in heartbeats so peers find each other (peer exchange)."""
+
+    peer_id: str = f(max=64)
+    addrs: tuple[str, ...] = f(max=4, item_max=256)
+
+
+@dataclass(frozen=True)
+class StatusHeartbeat(Message):
+    """A peer's periodic 'I am alive, this is what I do'. `seq` only grows, so replays are refused."""
+
+    KIND: ClassVar[str] = "status"
+
+    seq: int = f(min=0)
+    sent_at: float = f(min=0, max=MAX_TIME)
+    roles: tuple[str, ...] = f(max=8, item_max=16)
+    agent: str = f(max=64)
+    listen_addrs: tuple[str, ...] = f(max=8, item_max=256)
+    tasks: tuple[str, ...] = f(max=32, item_max=TASK_ID_HEX)
+    versions: dict[str, int] = f(max=32, item_max=TASK_ID_HEX)
+    known_peers: tuple[PeerAddrs, ...] = f(max=16)
+
+
+@dataclass(frozen=True)
+class RolloutCommitment(Message):
+    """A worker's signed claim: 'this blob holds my rollouts for these assigned prompts'."""
+
+    KIND: ClassVar[str] = "rollout"
+
+    task_id: str = f(size=TASK_ID_HEX)
+    policy_version: int = f(min=0)
+    created_at: float = f(min=0, max=MAX_TIME)
+    blob_hash: bytes = f(size=HASH)
+    blob_size: int = f(min=1, max=256 << 20)
+    prompt_indices: tuple[int, ...] = f(max=256)
+    samples_per_prompt: int = f(min=1, max=256)
+    num_tokens: int = f(min=0)
+    mean_reward: float = f(min=-1e6, max=1e6)
+
+
+@dataclass(frozen=True)
+class Verdict(Message):
+    """A validator's signed result of checking one commitment, with a hash of its evidence."""
+
+    KIND: ClassVar[str] = "verdict"
+    MAX_BODY: ClassVar[int] = 4 * 1024
+
+    task_id: str = f(size=TASK_ID_HEX)
+    commitment_id: bytes = f(size=HASH)
+    subject: bytes = f(size=HASH)  # the worker's public key
+    passed: bool = f()
+    reason: str = f(max=64)
+    evidence_hash: bytes = f(max=HASH)
+    created_at: float = f(min=0, max=MAX_TIME)
+    detail: str = f(max=256)
+
+
+@dataclass(frozen=True)
+class TensorEntry(Struct):
+    name: str = f(max=256)
+    dtype: str = f(max=16)
+    shape: tuple[int, ...] = f(max=8)
+    hash: bytes = f(size=HASH)  # blake2b-256 of the reconstructed tensor's bytes
+
+
+@dataclass(frozen=True)
+class WeightManifest(Message):
+    """A signed policy version: how it is encoded and the hashes of every shard and tensor."""
+
+    KIND: ClassVar[str] = "manifest"
+    MAX_BODY: ClassVar[int] = 880 * 1024
+
+    task_id: str = f(size=TASK_ID_HEX)
+    version: int = f(min=0)
+    parent_version: int = f(min=-1)  # -1: no parent (a full encoding)
+    parent_root: bytes = f(max=HASH)  # empty for a full encoding
+    encoding: str = f(max=16)  # "full" or "delta"
+    dtype: str = f(max=16)
+    root: bytes = f(size=HASH)
+    shard_size: int = f(min=1, max=64 << 20)
+    raw_size: int = f(min=0)
+    compressed_size: int = f(min=0)
+    shard_hashes: tuple[bytes, ...] = f(max=4096, item_max=HASH)
+    tensors: tuple[TensorEntry, ...] = f(max=4096)
+    created_at: float = f(min=0, max=MAX_TIME)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.encoding not in ("full", "delta"):
+            raise ValueError("WeightManifest.encoding: 'full' or 'delta'")
+        if (self.encoding == "delta") != (self.parent_version >= 0):
+            raise ValueError("WeightManifest: a delta names its parent, a full encoding does not")
+        if any(len(h) != HASH for h in self.shard_hashes):
+            raise ValueError("WeightManifest.shard_hashes: 32-byte hashes")
+
+
+@dataclass(frozen=True)
+class ShardHave(Message):
+    """Which shards of a version (by root) the signer holds, as a bitmap (bit i = shard i)."""
+
+    KIND: ClassVar[str] = "have"
+
+    task_id: str = f(size=TASK_ID_HEX)
+    root: bytes = f(size=HASH)
+    version: int = f(min=0)
+    bitmap: bytes = f(max=512)
+    sent_at: float = f(min=0, max=MAX_TIME)
+
+    def holds(self, index: int) -> bool:
+        byte = index // 8
+        return byte < len(self.bitmap) and bool(self.bitmap[byte] & (1 << (index % 8)))
+
+
+@dataclass(frozen=True)
+class ShardWant(Message):
+    """Which shards of a version the signer is missing: lets holders push or prioritise."""
+
+    KIND: ClassVar[str] = "want"
+
+    task_id: str = f(size=TASK_ID_HEX)
+    root: bytes = f(size=HASH)
+    indices: tuple[int, ...] = f(max=512)
+    sent_at: float = f(min=0, max=MAX_TIME)
+
+
+@dataclass(frozen=True)
+class Probe(Message):
+    """A timestamped payload for measuring gossip delivery (latency, loss) between live peers."""
+
+    KIND: ClassVar[str] = "probe"
+    MAX_BODY: ClassVar[int] = 66 * 1024
+
+    seq: int = f(min=0)
+    sent_at: float = f(min=0, max=MAX_TIME)
+    payload: bytes = f(max=64 * 1024)
+
+
+MESSAGE_KINDS: dict[str, type[Message]] = {
+    cls.KIND: cls
+    for cls in (TaskAnnouncement, StatusHeartbeat, RolloutCommitment, Verdict, WeightManifest, ShardHave, ShardWant,
+                Probe)
+}

@@ -1,0 +1,120 @@
+"""Each peer's local opinion of every other peer: counts, reasons, a score, and bans.
+
+Nothing here is shared or trusted from others: a peer's ledger changes only through what the peer
+itself observed (a bad message, a failed check with evidence). A score below `ban_below` bans, and
+so does proven cheating at once. Bounded: at most `capacity` peers are tracked; the least active
+unbanned peer is forgotten first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gossip import errors
+
+# How much each rejection reason costs the sender. Garbage that an honest implementation never
+# produces costs a lot; what honest peers can trip over (a late message, a gossip echo) costs little.
+PENALTIES: dict[str, float] = {
+    errors.MALFORMED: 10.0,
+    errors.OVERSIZED: 10.0,
+    errors.BAD_SIGNATURE: 10.0,
+    errors.SCHEMA: 10.0,
+    errors.UNKNOWN_KIND: 5.0,
+    errors.UNKNOWN_VERSION: 2.0,
+    errors.WRONG_TOPIC: 5.0,
+    errors.UNAUTHORIZED: 10.0,
+    errors.REPLAYED: 2.0,
+    errors.OUT_OF_WINDOW: 1.0,
+    errors.RATE_LIMITED: 2.0,
+    errors.UNKNOWN_TASK: 0.5,
+    errors.BANNED: 0.0,
+    errors.CAPACITY: 0.0,
+}
+DEFAULT_PENALTY = 5.0
+ACCEPT_REWARD = 0.1
+MAX_SCORE = 20.0
+
+
+@dataclass
+class PeerRecord:
+    accepted: int = 0
+    rejected: Counter = field(default_factory=Counter)
+    score: float = 0.0
+    banned: bool = False
+    ban_reason: str = ""
+    last_event: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"accepted": self.accepted, "rejected": dict(sorted(self.rejected.items())),
+                "score": round(self.score, 3), "banned": self.banned, "ban_reason": self.ban_reason}
+
+
+class ReputationLedger:
+    def __init__(self, ban_below: float = -50.0, capacity: int = 4096) -> None:
+        self.ban_below = ban_below
+        self.capacity = capacity
+        self._peers: dict[str, PeerRecord] = {}
+        self.totals_accepted = 0
+        self.totals_rejected: Counter = Counter()
+
+    def _record(self, peer: str, now: float) -> PeerRecord:
+        rec = self._peers.get(peer)
+        if rec is None:
+            if len(self._peers) >= self.capacity:
+                self._forget_one()
+            rec = self._peers[peer] = PeerRecord()
+        rec.last_event = now
+        return rec
+
+    def _forget_one(self) -> None:
+        candidates = sorted((r.last_event, p) for p, r in self._peers.items() if not r.banned)
+        victim = candidates[0][1] if candidates else min(self._peers)
+        del self._peers[victim]
+
+    def accept(self, peer: str, now: float) -> None:
+        rec = self._record(peer, now)
+        rec.accepted += 1
+        rec.score = min(MAX_SCORE, rec.score + ACCEPT_REWARD)
+        self.totals_accepted += 1
+
+    def reject(self, peer: str, reason: str, now: float) -> bool:
+        """Count a rejection against `peer`; True if this pushed the peer into a ban just now."""
+        rec = self._record(peer, now)
+        rec.rejected[reason] += 1
+        self.totals_rejected[reason] += 1
+        rec.score -= PENALTIES.get(reason, DEFAULT_PENALTY)
+        if not rec.banned and rec.score <= self.ban_below:
+            rec.banned, rec.ban_reason = True, f"score below {self.ban_below} ({reason})"
+            return True
+        return False
+
+    def ban(self, peer: str, reason: str, now: float) -> bool:
+        """Ban for proven cheating; True if the peer was not banned before."""
+        rec = self._record(peer, now)
+        if rec.banned:
+            return False
+        rec.banned, rec.ban_reason = True, reason
+        rec.score = min(rec.score, self.ban_below)
+        return True
+
+    def is_banned(self, peer: str) -> bool:
+        rec = self._peers.get(peer)
+        return rec is not None and rec.banned
+
+    def score(self, peer: str) -> float:
+        rec = self._peers.get(peer)
+        return rec.score if rec else 0.0
+
+    def get(self, peer: str) -> PeerRecord | None:
+        return self._peers.get(peer)
+
+    def banned_peers(self) -> list[str]:
+        return sorted(p for p, r in self._peers.items() if r.banned)
+
+    def snapshot(self) -> dict:
+        return {
+            "accepted": self.totals_accepted,
+            "rejected": dict(sorted(self.totals_rejected.items())),
+            "peers": {p: r.as_dict() for p, r in sorted(self._peers.items())},
+        }

@@ -1,0 +1,194 @@
+"""Frozen, self-validating message structs and their strict wire form.
+
+A struct is a frozen dataclass whose fields carry limits (`f(max=...)`). Construction validates
+every field, so an instance that exists is well-formed whether it was built locally or decoded from
+the network. The wire form is a msgpack-ready map with exactly the declared keys; decoding refuses
+unknown or missing keys, wrong types (a bool is not an int) and anything over its limit.
+
+Written here rather than taken from a schema library because the permitted dependencies of
+`gossip/` are msgpack and pynacl only, and the rules we need (bytes vs str, exact sizes, caps on
+every container) are a page of code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any, ClassVar, Union
+
+from gossip.errors import SCHEMA, Rejected
+
+Scalar = Union[int, float, str, bool]
+
+
+def f(*, max: int | None = None, min: int | float | None = None, size: int | None = None,
+      item_max: int | None = None, default: Any = dataclasses.MISSING) -> Any:
+    """A field with limits: `max` caps str/bytes length, container items or a number; `size` is an
+    exact length (keys, hashes); `item_max` caps each item's length inside a container."""
+    meta = {"max": max, "min": min, "size": size, "item_max": item_max}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+class Struct:
+    """Base for frozen wire structs. Subclasses are `@dataclass(frozen=True)`."""
+
+    _hints_cache: ClassVar[dict[type, list[tuple[str, Any, dict]]]] = {}
+
+    def __post_init__(self) -> None:
+        for name, hint, meta in _fields_of(type(self)):
+            value = _check(getattr(self, name), hint, meta, f"{type(self).__name__}.{name}")
+            object.__setattr__(self, name, value)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {name: _to_wire(getattr(self, name)) for name, _, _ in _fields_of(type(self))}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> "Struct":
+        if not isinstance(obj, dict):
+            raise Rejected(SCHEMA, f"{cls.__name__}: expected a map, got {type(obj).__name__}")
+        fields = _fields_of(cls)
+        names = [name for name, _, _ in fields]
+        if set(obj) != set(names):
+            extra = sorted(str(k) for k in set(obj) - set(names))
+            missing = sorted(set(names) - set(obj))
+            raise Rejected(SCHEMA, f"{cls.__name__}: unknown keys {extra}, missing keys {missing}")
+        values = {name: _from_wire(obj[name], hint, f"{cls.__name__}.{name}") for name, hint, _ in fields}
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as exc:
+            raise Rejected(SCHEMA, str(exc)) from None
+
+
+def _fields_of(cls: type) -> list[tuple[str, Any, dict]]:
+    cached = Struct._hints_cache.get(cls)
+    if cached is None:
+        hints = typing.get_type_hints(cls)
+        cached = [(fl.name, hints[fl.name], dict(fl.metadata)) for fl in dataclasses.fields(cls)]
+        Struct._hints_cache[cls] = cached
+    return cached
+
+
+def _is_optional(hint: Any) -> tuple[bool, Any]:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(hint)) == 2:
+            return True, args[0]
+    return False, hint
+
+
+def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
+    """Validate (and normalise: lists to tuples, ints to floats) one value against its hint."""
+    optional, inner = _is_optional(hint)
+    if value is None:
+        if optional:
+            return None
+        raise ValueError(f"{where}: must not be empty")
+    hint = inner
+    if hint is Scalar:
+        if isinstance(value, bool) or isinstance(value, int):
+            return _check(value, int if not isinstance(value, bool) else bool, {}, where)
+        if isinstance(value, float):
+            return _check(value, float, {}, where)
+        if isinstance(value, str):
+            return _check(value, str, {"max": 256}, where)
+        raise ValueError(f"{where}: expected a number, string or bool, got {type(value).__name__}")
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}: expected bool, got {type(value).__name__}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where}: expected int, got {type(value).__name__}")
+        _check_range(value, meta, where)
+        if not -(2**63) <= value < 2**64:
+            raise ValueError(f"{where}: integer out of 64-bit range")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where}: expected float, got {type(value).__name__}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: must be finite")
+        _check_range(value, meta, where)
+        return value
+    if hint in (str, bytes):
+        if not isinstance(value, hint):
+            raise ValueError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
+        _check_length(len(value), meta, where)
+        return value
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(value, (tuple, list)):
+            raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            if meta.get("max") is not None and len(value) > meta["max"]:
+                raise ValueError(f"{where}: {len(value)} items, at most {meta['max']}")
+            item_meta = {"max": meta.get("item_max"), "size": None, "min": None}
+            return tuple(_check(v, args[0], item_meta, f"{where}[{i}]") for i, v in enumerate(value))
+        if len(value) != len(args):
+            raise ValueError(f"{where}: expected {len(args)} items, got {len(value)}")
+        return tuple(_check(v, a, {}, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict:
+        key_hint, value_hint = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise ValueError(f"{where}: expected a map, got {type(value).__name__}")
+        if meta.get("max") is not None and len(value) > meta["max"]:
+            raise ValueError(f"{where}: {len(value)} entries, at most {meta['max']}")
+        key_meta = {"max": meta.get("item_max") or 64}
+        checked = {}
+        for k in sorted(value, key=repr):
+            ck = _check(k, key_hint, key_meta, f"{where} key")
+            checked[ck] = _check(value[k], value_hint, {}, f"{where}[{k!r}]")
+        return types.MappingProxyType(checked)
+    if isinstance(hint, type) and issubclass(hint, Struct):
+        if not isinstance(value, hint):
+            raise ValueError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
+        return value
+    raise TypeError(f"{where}: unsupported schema type {hint!r}")
+
+
+def _check_range(value: float, meta: dict, where: str) -> None:
+    if meta.get("min") is not None and value < meta["min"]:
+        raise ValueError(f"{where}: {value} is below the minimum {meta['min']}")
+    if meta.get("max") is not None and value > meta["max"]:
+        raise ValueError(f"{where}: {value} is above the maximum {meta['max']}")
+
+
+def _check_length(length: int, meta: dict, where: str) -> None:
+    if meta.get("size") is not None and length != meta["size"]:
+        raise ValueError(f"{where}: length {length}, expected exactly {meta['size']}")
+    if meta.get("max") is not None and length > meta["max"]:
+        raise ValueError(f"{where}: length {length}, at most {meta['max']}")
+
+
+def _to_wire(value: Any) -> Any:
+    if isinstance(value, Struct):
+        return value.to_wire()
+    if isinstance(value, tuple):
+        return [_to_wire(v) for v in value]
+    if isinstance(value, (dict, types.MappingProxyType)):
+        return {k: _to_wire(v) for k, v in value.items()}
+    return value
+
+
+def _from_wire(value: Any, hint: Any, where: str) -> Any:
+    """Rebuild nested structs from decoded msgpack; leaves validation to construction."""
+    optional, inner = _is_optional(hint)
+    if value is None:
+        return None
+    origin = typing.get_origin(inner)
+    if isinstance(inner, type) and issubclass(inner, Struct):
+        return inner.from_wire(value)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        args = typing.get_args(inner)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_wire(v, args[0], where) for v in value)
+        return tuple(_from_wire(v, a, where) for v, a in zip(value, args)) if len(value) == len(args) else value
+    if origin is dict and isinstance(value, dict):
+        _, value_hint = typing.get_args(inner)
+        return {k: _from_wire(v, value_hint, where) for k, v in value.items()}
+    return value

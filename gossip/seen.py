@@ -1,0 +1,44 @@
+"""A bounded, time-limited set of message ids: the first line against replays and gossip echoes."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class SeenCache:
+    """Remembers ids for `ttl` seconds, at most `capacity` of them (oldest evicted first).
+
+    Time is passed in (sans-IO). Insertion order is time order because `now` never goes backwards
+    for one peer, so expiry pops from the front.
+    """
+
+    def __init__(self, capacity: int = 65536, ttl: float = 600.0) -> None:
+        if capacity <= 0 or ttl <= 0:
+            raise ValueError("capacity and ttl must be positive")
+        self.capacity = capacity
+        self.ttl = ttl
+        self._entries: OrderedDict[bytes, float] = OrderedDict()
+
+    def add(self, msg_id: bytes, now: float) -> bool:
+        """Record `msg_id`; True if it was new (not seen within the ttl)."""
+        self.expire(now)
+        if msg_id in self._entries:
+            return False
+        self._entries[msg_id] = now
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return True
+
+    def __contains__(self, msg_id: bytes) -> bool:
+        return msg_id in self._entries
+
+    def expire(self, now: float) -> None:
+        cutoff = now - self.ttl
+        while self._entries:
+            first_id, seen_at = next(iter(self._entries.items()))
+            if seen_at > cutoff:
+                break
+            del self._entries[first_id]
+
+    def __len__(self) -> int:
+        return len(self._entries)
