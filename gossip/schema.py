@@ -134,7 +134,7 @@ def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
         return tuple(_check(v, a, {}, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if origin is dict:
         key_hint, value_hint = typing.get_args(hint)
-        if not isinstance(value, dict):
+        if not isinstance(value, (dict, types.MappingProxyType)):
             raise ValueError(f"{where}: expected a map, got {type(value).__name__}")
         if meta.get("max") is not None and len(value) > meta["max"]:
             raise ValueError(f"{where}: {len(value)} entries, at most {meta['max']}")

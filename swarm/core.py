@@ -1,0 +1,354 @@
+"""`PeerCore`: one peer's whole protocol logic as a sans-IO state machine.
+
+    effects = core.handle(now, input)
+
+Time comes in as `now` (seconds, any epoch, never decreasing); randomness comes from the peer's own
+seeded `Rng`. The real runtime (`node/`) and the simulator (`simulator/`) drive this same class, so
+what the simulator shows is what the network does. Every message from the network passes one intake
+pipeline (size, envelope, signature, topic, bans, replays, rate) before any handler sees it; a
+rejection is an effect plus a counted reason, never an exception.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gossip import errors, topics
+from gossip.envelope import SignedMessage, open_envelope, seal
+from gossip.errors import Rejected
+from gossip.identity import Identity, peer_id_from_public_key
+from gossip.messages import Message, Probe, StatusHeartbeat, TaskAnnouncement
+from gossip.reputation import ReputationLedger
+from gossip.seen import SeenCache
+from swarm import protocols
+from swarm.io import (Ban, CommandResult, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived,
+                      MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
+                      ResponseReceived, SendRequest, Started, Subscribe, Tick)
+from swarm.membership import Membership, MembershipConfig
+from swarm.ratelimit import TokenBuckets
+from swarm.rng import Rng
+from swarm.stats import GossipStats
+from swarm.tasks import TaskBook
+from swarm.timers import Timers
+
+AGENT = "swarm/0.1.0"
+
+
+@dataclass(frozen=True)
+class CoreConfig:
+    roles: tuple[str, ...] = ("relay",)
+    agent: str = AGENT
+    membership: MembershipConfig = field(default_factory=MembershipConfig)
+    max_tasks: int = 32
+    clock_skew: float = 30.0  # how far in the future a timestamp may be
+    message_window: float = 600.0  # timestamped messages older than this are refused
+    seen_capacity: int = 65536
+    seen_ttl: float = 900.0  # > message_window, so any replay inside the window is recognised
+    sender_rate: float = 200.0  # messages/s one signer may make us process
+    sender_burst: float = 400.0
+    sync_timeout: float = 5.0
+    maintain_interval: float = 2.0
+    sweep_interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.seen_ttl <= self.message_window:
+            raise ValueError("seen_ttl must exceed message_window, or replays slip through")
+
+
+class PeerCore:
+    def __init__(self, identity: Identity, config: CoreConfig | None = None, seed: int = 0) -> None:
+        self.identity = identity
+        self.config = config or CoreConfig()
+        self.peer_id = identity.peer_id
+        self.rng = Rng(seed)
+        self.ledger = ReputationLedger()
+        self.seen = SeenCache(self.config.seen_capacity, self.config.seen_ttl)
+        self.buckets = TokenBuckets(self.config.sender_rate, self.config.sender_burst)
+        self.stats = GossipStats()
+        self.membership = Membership(self.peer_id, self.config.membership)
+        self.tasks = TaskBook(self.config.max_tasks, self.config.clock_skew)
+        self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
+        self.listen_addrs: tuple[str, ...] = ()
+        self.started_at: float | None = None
+        self.timers = Timers()
+        self._next_request_id = 1
+        self._requests: dict[int, tuple[str, str, float]] = {}  # id -> (peer, protocol, deadline)
+        self._heartbeat_seq = -1
+        self._probe_seq = -1
+        self._signer_ids: dict[bytes, str] = {}
+
+    # ------------------------------------------------------------------ driving
+
+    def next_deadline(self) -> float | None:
+        return self.timers.next_deadline()
+
+    def handle(self, now: float, inp: object) -> list:
+        if isinstance(inp, MessageReceived):
+            return self._on_message(now, inp)
+        if isinstance(inp, Tick):
+            return self._on_tick(now)
+        if isinstance(inp, Started):
+            return self._on_started(now, inp)
+        if isinstance(inp, PeerConnected):
+            if self.ledger.is_banned(inp.peer):
+                return [Ban(inp.peer, "banned")]
+            self.membership.on_connected(inp.peer, inp.addrs)
+            return [Emit("peer-connected", {"peer": inp.peer})]
+        if isinstance(inp, PeerDisconnected):
+            self.membership.on_disconnected(inp.peer)
+            return [Emit("peer-disconnected", {"peer": inp.peer})]
+        if isinstance(inp, DialFailed):
+            self.membership.on_dial_failed(now, inp.peer)
+            return []
+        if isinstance(inp, RequestReceived):
+            return self._on_request(now, inp)
+        if isinstance(inp, ResponseReceived):
+            return self._on_response(now, inp)
+        if isinstance(inp, LocalCommand):
+            return self._on_command(now, inp)
+        if isinstance(inp, JobFinished):
+            return []
+        raise TypeError(f"PeerCore cannot handle {type(inp).__name__}")
+
+    def is_banned(self, peer: str) -> bool:
+        return self.ledger.is_banned(peer)
+
+    # ------------------------------------------------------------------ timers
+
+    def _on_started(self, now: float, inp: Started) -> list:
+        self.listen_addrs = inp.listen_addrs
+        self.started_at = now
+        self.timers.set("heartbeat", now)
+        self.timers.set("sweep", now + self.config.sweep_interval)
+        self.timers.set("maintain", now + self.config.maintain_interval)
+        return [Subscribe(t) for t in topics.GLOBAL_TOPICS]
+
+    def _on_tick(self, now: float) -> list:
+        effects: list = []
+        for name in self.timers.pop_due(now):
+            if name == "heartbeat":
+                effects += self._publish(now, topics.STATUS, self._heartbeat(now))
+                interval = self.config.membership.heartbeat_interval
+                self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.1))
+            elif name == "sweep":
+                effects += self.membership.sweep(now) + self.tasks.expire(now)
+                effects += self._expire_requests(now)
+                self.timers.set("sweep", now + self.config.sweep_interval)
+            elif name == "maintain":
+                effects += self.membership.maintain(now, self.rng, self.ledger.is_banned)
+                self.timers.set("maintain", now + self.config.maintain_interval)
+        return effects
+
+    def _heartbeat(self, now: float) -> StatusHeartbeat:
+        # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.
+        self._heartbeat_seq = max(self._heartbeat_seq + 1, int(now * 1000))
+        return StatusHeartbeat(
+            seq=self._heartbeat_seq, sent_at=now, roles=self.config.roles, agent=self.config.agent,
+            listen_addrs=self.listen_addrs[:8], tasks=self.tasks.ids()[:32],
+            versions={k: v for k, v in sorted(self.versions.items())[:32]},
+            known_peers=self.membership.exchange_sample(self.rng))
+
+    def _publish(self, now: float, topic: str, message: Message) -> list:
+        signed = seal(self.identity, message)
+        self.seen.add(signed.msg_id, now)
+        self.stats.on_published(topic, len(signed.wire))
+        return [Publish(topic, signed.wire)]
+
+    # ------------------------------------------------------------------ gossip intake
+
+    def _signer_id(self, public_key: bytes) -> str:
+        peer = self._signer_ids.get(public_key)
+        if peer is None:
+            if len(self._signer_ids) > 8192:
+                self._signer_ids.clear()
+            peer = self._signer_ids[public_key] = peer_id_from_public_key(public_key)
+        return peer
+
+    def _on_message(self, now: float, inp: MessageReceived) -> list:
+        blame = inp.from_peer
+        try:
+            if self.ledger.is_banned(inp.from_peer):
+                raise Rejected(errors.BANNED, f"forwarder {inp.from_peer} is banned")
+            allowed = topics.allowed_kinds(inp.topic)
+            if not allowed:
+                raise Rejected(errors.WRONG_TOPIC, f"unknown topic {inp.topic[:80]!r}")
+            signed = open_envelope(inp.data)
+            signer = self._signer_id(signed.signer)
+            if signer == self.peer_id:
+                return [MessageVerdict(True)]  # our own message echoed back: nothing to learn
+            if signed.kind not in allowed:
+                raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
+            if self.ledger.is_banned(signer):
+                raise Rejected(errors.BANNED, f"signer {signer} is banned")
+            if not self.seen.add(signed.msg_id, now):
+                raise Rejected(errors.REPLAYED, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
+            blame = signer
+            if not self.buckets.take(signer, now):
+                raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
+            effects = self._dispatch(now, inp.topic, signed, signer, inp.from_peer)
+        except Rejected as rej:
+            self.stats.on_received(inp.topic, len(inp.data), accepted=False)
+            return [MessageVerdict(False, rej.reason)] + self._penalise(now, blame, rej)
+        self.stats.on_received(inp.topic, len(inp.data), accepted=True)
+        self.ledger.accept(signer, now)
+        return [MessageVerdict(True)] + effects
+
+    def _penalise(self, now: float, peer: str, rej: Rejected) -> list:
+        effects: list = [Emit("message-rejected", {"peer": peer, "reason": rej.reason, "detail": rej.detail[:200]})]
+        if self.ledger.reject(peer, rej.reason, now):
+            effects += [Ban(peer, f"too many bad messages ({rej.reason})"),
+                        Emit("peer-banned", {"peer": peer, "reason": rej.reason})]
+        return effects
+
+    def _dispatch(self, now: float, topic: str, signed: SignedMessage, signer: str, forwarder: str) -> list:
+        message = signed.message
+        if isinstance(message, StatusHeartbeat):
+            effects = self.membership.on_heartbeat(now, signer, message)
+            self.stats.on_delivered("status", now - message.sent_at)
+            return effects + self._ask_for_tasks(now, message.tasks, signer, forwarder)
+        if isinstance(message, TaskAnnouncement):
+            effects = self.tasks.add(now, signed)
+            self.stats.on_delivered("task", None)
+            return effects
+        if isinstance(message, Probe):
+            self._check_window(now, message.sent_at, "probe")
+            self.stats.on_delivered("probe", now - message.sent_at)
+            return []
+        return self._on_task_message(now, topic, signed, signer)
+
+    def _check_window(self, now: float, at: float, what: str) -> None:
+        if at < now - self.config.message_window or at > now + self.config.clock_skew:
+            raise Rejected(errors.OUT_OF_WINDOW, f"{what} stamped {at:.3f}, now {now:.3f}")
+
+    def _on_task_message(self, now: float, topic: str, signed: SignedMessage, signer: str) -> list:
+        """Rollouts, verdicts and weight messages: accepted for known tasks and relayed."""
+        task_id = topics.task_of_topic(topic)
+        if task_id not in self.tasks.tasks or getattr(signed.message, "task_id", None) != task_id:
+            raise Rejected(errors.UNKNOWN_TASK, f"{signed.kind} for a task this peer does not follow")
+        stamp = getattr(signed.message, "created_at", None) or getattr(signed.message, "sent_at", None)
+        if stamp is not None:
+            self._check_window(now, stamp, signed.kind)
+        self.stats.on_delivered(signed.kind, None)
+        return []
+
+    # ------------------------------------------------------------------ task sync
+
+    def _ask_for_tasks(self, now: float, task_ids: tuple[str, ...], signer: str, forwarder: str) -> list:
+        wanted = self.tasks.missing(now, task_ids)
+        if not wanted:
+            return []
+        # Ask the signer if we hold a link to it, else the forwarder, which has validated the heartbeat.
+        info = self.membership.peers.get(signer)
+        target = signer if info is not None and info.connected else forwarder
+        return [self._request(now, target, protocols.SYNC, self.tasks.sync_request(wanted))]
+
+    def _request(self, now: float, peer: str, protocol: str, data: bytes) -> SendRequest:
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        self._requests[request_id] = (peer, protocol, now + self.config.sync_timeout * 2)
+        return SendRequest(peer, protocol, request_id, data, self.config.sync_timeout)
+
+    def _expire_requests(self, now: float) -> list:
+        # The runtime always answers with a ResponseReceived (data or error); this only bounds the
+        # table if it ever does not.
+        for request_id in [r for r, (_, _, deadline) in self._requests.items() if deadline < now]:
+            del self._requests[request_id]
+        return []
+
+    def _on_request(self, now: float, inp: RequestReceived) -> list:
+        if self.ledger.is_banned(inp.peer):
+            return [Respond(inp.request_id, error=errors.BANNED)]
+        if inp.protocol == protocols.SYNC:
+            try:
+                return [Respond(inp.request_id, self.tasks.sync_response(inp.data))]
+            except Rejected as rej:
+                return [Respond(inp.request_id, error=rej.reason)] + self._penalise(now, inp.peer, rej)
+        return [Respond(inp.request_id, error="unsupported-protocol")]
+
+    def _on_response(self, now: float, inp: ResponseReceived) -> list:
+        pending = self._requests.pop(inp.request_id, None)
+        if pending is None or pending[0] != inp.peer:
+            return [Emit("unexpected-response", {"peer": inp.peer, "request_id": inp.request_id})]
+        if inp.error is not None:
+            return [Emit("request-failed", {"peer": inp.peer, "protocol": inp.protocol, "error": inp.error[:200]})]
+        if inp.protocol == protocols.SYNC:
+            return self._on_sync_response(now, inp)
+        return []
+
+    def _on_sync_response(self, now: float, inp: ResponseReceived) -> list:
+        effects: list = []
+        try:
+            wires = TaskBook.parse_sync_response(inp.data)
+        except Rejected as rej:
+            return self._penalise(now, inp.peer, rej)
+        for wire in wires:
+            try:
+                signed = open_envelope(wire)
+                if not isinstance(signed.message, TaskAnnouncement):
+                    raise Rejected(errors.WRONG_TOPIC, f"sync answered with a {signed.kind}")
+                effects += self.tasks.add(now, signed)
+            except Rejected as rej:
+                effects += self._penalise(now, inp.peer, rej)
+        return effects
+
+    # ------------------------------------------------------------------ local commands
+
+    def _on_command(self, now: float, cmd: LocalCommand) -> list:
+        try:
+            if cmd.name == "announce-task":
+                return self._announce_task(now, cmd)
+            if cmd.name == "probe":
+                return self._probe(now, cmd)
+            if cmd.name == "ban":
+                peer = str(cmd.args["peer"])
+                self.ledger.ban(peer, "banned by operator", now)
+                return [Ban(peer, "banned by operator"), CommandResult(cmd.command_id, True, {"peer": peer})]
+        except (KeyError, TypeError, ValueError) as exc:
+            return [CommandResult(cmd.command_id, False, error=f"{cmd.name}: {exc}")]
+        return [CommandResult(cmd.command_id, False, error=f"unknown command {cmd.name!r}")]
+
+    def _announce_task(self, now: float, cmd: LocalCommand) -> list:
+        task = cmd.args["task"]
+        if not isinstance(task, TaskAnnouncement):
+            raise TypeError("announce-task needs a TaskAnnouncement")
+        signed = seal(self.identity, task)
+        try:
+            effects = self.tasks.add(now, signed)
+        except Rejected as rej:
+            return [CommandResult(cmd.command_id, False, error=f"task refused: {rej}")]
+        self.seen.add(signed.msg_id, now)
+        self.stats.on_published(topics.TASKS, len(signed.wire))
+        return effects + [Publish(topics.TASKS, signed.wire),
+                          CommandResult(cmd.command_id, True, {"task_id": task.task_id})]
+
+    def _probe(self, now: float, cmd: LocalCommand) -> list:
+        size = int(cmd.args.get("size", 1024))
+        if not 0 <= size <= 64 * 1024:
+            raise ValueError("probe size is 0 to 65536 bytes")
+        self._probe_seq += 1
+        payload = bytes(self.rng.randrange(256) for _ in range(min(size, 64))) * (size // 64 + 1)
+        probe = Probe(seq=self._probe_seq, sent_at=now, payload=payload[:size])
+        return self._publish(now, topics.PROBE, probe) + [CommandResult(cmd.command_id, True, {"seq": self._probe_seq})]
+
+    # ------------------------------------------------------------------ status
+
+    def snapshot(self, now: float) -> dict:
+        """Everything a status screen needs, as plain JSON-able data."""
+        return {
+            "peer_id": self.peer_id,
+            "agent": self.config.agent,
+            "roles": list(self.config.roles),
+            "listen_addrs": list(self.listen_addrs),
+            "now": now,
+            "uptime": None if self.started_at is None else round(now - self.started_at, 3),
+            "peers": self.membership.snapshot(now),
+            "connected": self.membership.connected_peers(),
+            "alive": self.membership.alive_peers(),
+            "tasks": self.tasks.snapshot(),
+            "versions": dict(sorted(self.versions.items())),
+            "gossip": self.stats.snapshot(),
+            "messages": {"accepted": self.ledger.totals_accepted,
+                         "rejected": dict(sorted(self.ledger.totals_rejected.items()))},
+            "reputation": self.ledger.snapshot()["peers"],
+            "banned": self.ledger.banned_peers(),
+        }

@@ -1,0 +1,184 @@
+"""What goes into a `PeerCore` and what comes out: frozen events, no I/O.
+
+The real runtime (`node/`) and the simulator (`simulator/`) both turn the outside world into these
+inputs and carry out these effects; the core itself never touches a socket, a clock or a thread.
+Peers are named by their libp2p peer id string throughout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class Started:
+    """The runtime is listening: these are our dialable addresses."""
+
+    listen_addrs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MessageReceived:
+    """A gossip message on `topic`, delivered to us by `from_peer` (the forwarder, not the signer)."""
+
+    topic: str
+    data: bytes
+    from_peer: str
+
+
+@dataclass(frozen=True)
+class RequestReceived:
+    peer: str
+    protocol: str
+    request_id: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ResponseReceived:
+    """The answer to our `SendRequest` with this id; `error` set when it failed or timed out."""
+
+    peer: str
+    protocol: str
+    request_id: int
+    data: bytes = b""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PeerConnected:
+    peer: str
+    addrs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PeerDisconnected:
+    peer: str
+
+
+@dataclass(frozen=True)
+class DialFailed:
+    """Our `Dial` could not connect; the core backs off before trying this peer again."""
+
+    peer: str
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """The time the core asked for (`next_deadline()`) has come."""
+
+
+@dataclass(frozen=True)
+class JobFinished:
+    job_id: int
+    ok: bool
+    result: Any = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class LocalCommand:
+    """A request from the local operator (CLI, control API); answered with `CommandResult`."""
+
+    command_id: int
+    name: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+
+Input = (Started | MessageReceived | RequestReceived | ResponseReceived | PeerConnected | PeerDisconnected
+         | DialFailed | Tick | JobFinished | LocalCommand)
+
+# ---------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True)
+class MessageVerdict:
+    """Whether the `MessageReceived` just handled is valid: gossipsub forwards it only if accepted."""
+
+    accepted: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Publish:
+    topic: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    topic: str
+
+
+@dataclass(frozen=True)
+class Unsubscribe:
+    topic: str
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    peer: str
+    protocol: str
+    request_id: int
+    data: bytes
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True)
+class Respond:
+    request_id: int
+    data: bytes = b""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Dial:
+    peer: str
+    addrs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Disconnect:
+    peer: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Ban:
+    """Stop talking to `peer`: close its connections and refuse new ones."""
+
+    peer: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Blocking work (generate, verify, train, pack) for the runtime to run off the event loop."""
+
+    job_id: int
+    kind: str
+    payload: Any
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Something an operator may want to see (logs, TUI, metrics)."""
+
+    event: str
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    command_id: int
+    ok: bool
+    result: Any = None
+    error: str = ""
+
+
+Effect = (MessageVerdict | Publish | Subscribe | Unsubscribe | SendRequest | Respond | Dial | Disconnect | Ban
+          | RunJob | Emit | CommandResult)

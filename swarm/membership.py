@@ -1,0 +1,181 @@
+"""Who is out there: the peer table, liveness from heartbeats, and peer exchange.
+
+Liveness comes from signed application heartbeats, not from connections: a stopped (SIGSTOP) peer
+keeps its TCP connection and stays in the gossipsub mesh (DESIGN.md), so only silence tells. A peer
+silent for `gone_after` seconds is marked gone and its connection closed; a heartbeat brings it back.
+
+Peer exchange: heartbeats carry our listen addresses and a sample of peers we know, so every peer
+learns dialable addresses beyond the bootstrap peer and keeps `target_connections` links open. The
+swarm stays connected when the bootstrap peer dies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gossip.errors import OUT_OF_WINDOW, REPLAYED, Rejected
+from gossip.messages import PeerAddrs, StatusHeartbeat
+from swarm.io import Dial, Disconnect, Emit
+from swarm.rng import Rng
+
+ALIVE, GONE, KNOWN = "alive", "gone", "known"  # KNOWN: an address we heard of, never a heartbeat
+
+
+@dataclass
+class PeerInfo:
+    peer_id: str
+    state: str = KNOWN
+    roles: tuple[str, ...] = ()
+    agent: str = ""
+    addrs: tuple[str, ...] = ()
+    tasks: tuple[str, ...] = ()
+    versions: dict[str, int] = field(default_factory=dict)
+    last_seq: int = -1
+    last_seen: float | None = None
+    latency: float | None = None
+    connected: bool = False
+    dial_failures: int = 0
+    next_dial: float = 0.0
+
+    def as_dict(self, now: float) -> dict:
+        return {
+            "peer_id": self.peer_id, "state": self.state, "connected": self.connected,
+            "roles": list(self.roles), "agent": self.agent, "addrs": list(self.addrs),
+            "tasks": list(self.tasks), "versions": dict(sorted(self.versions.items())),
+            "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
+            "latency_ms": None if self.latency is None else round(self.latency * 1000, 2),
+        }
+
+
+@dataclass(frozen=True)
+class MembershipConfig:
+    heartbeat_interval: float = 2.0
+    gone_after: float = 10.0  # silence after which a peer is considered gone
+    forget_after: float = 3600.0  # gone peers are dropped from the table after this
+    max_peers: int = 1024
+    target_connections: int = 8
+    dial_backoff: float = 5.0  # first retry delay; doubles per failure up to dial_backoff_max
+    dial_backoff_max: float = 300.0
+    window_past: float = 60.0  # heartbeats older than this are out of window
+    window_future: float = 30.0  # tolerated clock skew
+    exchange_size: int = 8  # peers shared per heartbeat
+
+
+class Membership:
+    def __init__(self, self_id: str, config: MembershipConfig) -> None:
+        self.self_id = self_id
+        self.config = config
+        self.peers: dict[str, PeerInfo] = {}
+
+    # ---- table upkeep
+
+    def _info(self, peer: str) -> PeerInfo | None:
+        info = self.peers.get(peer)
+        if info is None and peer != self.self_id:
+            if len(self.peers) >= self.config.max_peers and not self._evict_one():
+                return None
+            info = self.peers[peer] = PeerInfo(peer)
+        return info
+
+    def _evict_one(self) -> bool:
+        candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
+                            if not p.connected and p.state != ALIVE)
+        if not candidates:
+            return False
+        del self.peers[candidates[0][1]]
+        return True
+
+    def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
+        if peer == self.self_id or not addrs:
+            return
+        info = self._info(peer)
+        if info is not None and not info.addrs:
+            info.addrs = tuple(addrs)[:4]
+
+    # ---- inputs
+
+    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat) -> list:
+        cfg = self.config
+        if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
+            raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
+        info = self._info(peer)
+        if info is None:
+            return []
+        if beat.seq <= info.last_seq:
+            raise Rejected(REPLAYED, f"heartbeat seq {beat.seq} after {info.last_seq}")
+        effects: list = []
+        if info.state != ALIVE:
+            effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
+        info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
+        info.latency = max(0.0, now - beat.sent_at)
+        info.roles, info.agent, info.tasks = beat.roles, beat.agent, beat.tasks
+        info.versions = dict(beat.versions)
+        if beat.listen_addrs:
+            info.addrs = beat.listen_addrs[:4]
+        for known in beat.known_peers:
+            self.learn_addrs(known.peer_id, known.addrs)
+        return effects
+
+    def on_connected(self, peer: str, addrs: tuple[str, ...]) -> None:
+        info = self._info(peer)
+        if info is not None:
+            info.connected, info.dial_failures = True, 0
+
+    def on_disconnected(self, peer: str) -> None:
+        info = self.peers.get(peer)
+        if info is not None:
+            info.connected = False
+
+    def on_dial_failed(self, now: float, peer: str) -> None:
+        info = self.peers.get(peer)
+        if info is not None:
+            info.dial_failures += 1
+            delay = min(self.config.dial_backoff * 2 ** (info.dial_failures - 1), self.config.dial_backoff_max)
+            info.next_dial = now + delay
+
+    # ---- periodic work
+
+    def sweep(self, now: float) -> list:
+        """Mark silent peers gone (closing their links), forget long-gone ones."""
+        effects: list = []
+        for peer in sorted(self.peers):
+            info = self.peers[peer]
+            if info.state == ALIVE and info.last_seen is not None and now - info.last_seen > self.config.gone_after:
+                info.state = GONE
+                effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
+                if info.connected:
+                    effects.append(Disconnect(peer, "silent"))
+            elif info.state == GONE and not info.connected and now - (info.last_seen or 0.0) > self.config.forget_after:
+                del self.peers[peer]
+        return effects
+
+    def maintain(self, now: float, rng: Rng, is_banned) -> list:
+        """Dial known peers until `target_connections` links are open."""
+        connected = sum(1 for p in self.peers.values() if p.connected)
+        missing = self.config.target_connections - connected
+        if missing <= 0:
+            return []
+        candidates = [p for p in sorted(self.peers) if self._dialable(self.peers[p], now) and not is_banned(p)]
+        effects = []
+        for peer in rng.sample(candidates, missing):
+            info = self.peers[peer]
+            info.next_dial = now + self.config.dial_backoff  # at most one dial in flight per backoff period
+            effects.append(Dial(peer, info.addrs))
+        return effects
+
+    def _dialable(self, info: PeerInfo, now: float) -> bool:
+        return (not info.connected and bool(info.addrs) and info.state != GONE and now >= info.next_dial)
+
+    def exchange_sample(self, rng: Rng) -> tuple[PeerAddrs, ...]:
+        """Some live peers with addresses, for our heartbeat (peer exchange)."""
+        alive = [p for p in sorted(self.peers) if self.peers[p].state == ALIVE and self.peers[p].addrs]
+        return tuple(PeerAddrs(p, self.peers[p].addrs) for p in rng.sample(alive, self.config.exchange_size))
+
+    def alive_peers(self) -> list[str]:
+        return sorted(p for p, info in self.peers.items() if info.state == ALIVE)
+
+    def connected_peers(self) -> list[str]:
+        return sorted(p for p, info in self.peers.items() if info.connected)
+
+    def snapshot(self, now: float) -> list[dict]:
+        return [self.peers[p].as_dict(now) for p in sorted(self.peers)]

@@ -1,0 +1,68 @@
+"""A small seeded PRNG owned by each peer.
+
+`swarm/` may not use the global `random` (nor import the module: one seed must drive a simulation,
+and a stray global call would break byte-identical traces). SplitMix64 is tiny, fast in pure Python,
+and statistically fine for choosing peers and jittering timers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence, TypeVar
+
+T = TypeVar("T")
+_MASK = (1 << 64) - 1
+
+
+def stable_seed(*parts: object) -> int:
+    """A 64-bit seed from any printable parts, stable across processes (never Python's hash())."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+class Rng:
+    def __init__(self, seed: int) -> None:
+        self._state = seed & _MASK
+
+    def next_u64(self) -> int:
+        self._state = (self._state + 0x9E3779B97F4A7C15) & _MASK
+        z = self._state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        return z ^ (z >> 31)
+
+    def random(self) -> float:
+        """Uniform in [0, 1)."""
+        return (self.next_u64() >> 11) / float(1 << 53)
+
+    def randrange(self, n: int) -> int:
+        if n <= 0:
+            raise ValueError("randrange of an empty range")
+        limit = (1 << 64) - ((1 << 64) % n)  # rejection sampling: no modulo bias
+        while True:
+            x = self.next_u64()
+            if x < limit:
+                return x % n
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.random()
+
+    def choice(self, items: Sequence[T]) -> T:
+        return items[self.randrange(len(items))]
+
+    def sample(self, items: Sequence[T], k: int) -> list[T]:
+        pool = list(items)
+        k = min(k, len(pool))
+        for i in range(k):
+            j = i + self.randrange(len(pool) - i)
+            pool[i], pool[j] = pool[j], pool[i]
+        return pool[:k]
+
+    def shuffle(self, items: list[T]) -> None:
+        for i in range(len(items) - 1, 0, -1):
+            j = self.randrange(i + 1)
+            items[i], items[j] = items[j], items[i]
+
+    def fork(self, *label: object) -> "Rng":
+        """An independent stream for a sub-component, derived deterministically."""
+        return Rng(stable_seed(self.next_u64(), *label))

@@ -1,0 +1,58 @@
+"""Counters an operator reads: messages per topic, rejections by reason, delivery latency."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in [0, 100]); None for no data."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[rank]
+
+
+class GossipStats:
+    def __init__(self, latency_samples: int = 4096) -> None:
+        self.accepted: Counter = Counter()  # by topic
+        self.rejected: Counter = Counter()  # by topic
+        self.bytes_in: Counter = Counter()  # by topic
+        self.published: Counter = Counter()  # by topic
+        self.bytes_out: Counter = Counter()  # by topic
+        self.delivered_by_kind: Counter = Counter()
+        self._latency: dict[str, deque[float]] = {}
+        self._latency_samples = latency_samples
+
+    def on_received(self, topic: str, size: int, accepted: bool) -> None:
+        (self.accepted if accepted else self.rejected)[topic] += 1
+        self.bytes_in[topic] += size
+
+    def on_published(self, topic: str, size: int) -> None:
+        self.published[topic] += 1
+        self.bytes_out[topic] += size
+
+    def on_delivered(self, kind: str, latency: float | None) -> None:
+        self.delivered_by_kind[kind] += 1
+        if latency is not None:
+            samples = self._latency.setdefault(kind, deque(maxlen=self._latency_samples))
+            samples.append(max(0.0, latency))
+
+    def latency_summary(self) -> dict[str, dict]:
+        out = {}
+        for kind in sorted(self._latency):
+            values = list(self._latency[kind])
+            out[kind] = {"n": len(values),
+                         "p50_ms": round(percentile(values, 50) * 1000, 3),
+                         "p99_ms": round(percentile(values, 99) * 1000, 3)}
+        return out
+
+    def snapshot(self) -> dict:
+        topics = sorted(set(self.accepted) | set(self.rejected) | set(self.published))
+        return {
+            "topics": {t: {"accepted": self.accepted[t], "rejected": self.rejected[t], "bytes_in": self.bytes_in[t],
+                           "published": self.published[t], "bytes_out": self.bytes_out[t]} for t in topics},
+            "delivered": dict(sorted(self.delivered_by_kind.items())),
+            "latency": self.latency_summary(),
+        }

@@ -1,0 +1,144 @@
+"""Several `PeerCore`s wired together in memory: no sockets, no clock, flood gossip.
+
+Like h11's ConnectionPair: effects of one core become inputs of others. Gossip is relayed only
+after the receiving core accepts it (as gossipsub does with validators), with a per-peer seen set
+standing in for gossipsub's own message cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+
+from swarm.core import PeerCore
+from swarm.io import (Ban, Dial, DialFailed, Disconnect, Emit, MessageReceived, MessageVerdict, PeerConnected,
+                      PeerDisconnected, Publish, RequestReceived, Respond, ResponseReceived, SendRequest,
+                      Started, Subscribe, Tick, Unsubscribe)
+
+
+class MemoryNet:
+    def __init__(self, cores: list[PeerCore], now: float) -> None:
+        self.cores = {c.peer_id: c for c in cores}
+        self.now = now
+        self.subs: dict[str, set[str]] = {p: set() for p in self.cores}
+        self.links: set[frozenset] = set()
+        self.down: set[str] = set()
+        self.gossip_seen: dict[str, set[bytes]] = {p: set() for p in self.cores}
+        self.events: list[tuple[str, Emit]] = []
+        self.verdicts: list[tuple[str, MessageVerdict]] = []
+        self._pending: deque = deque()
+        self._requests: dict[tuple[str, int], tuple[str, int, str]] = {}  # (server, server_rid) -> (client, rid, proto)
+        self._server_rid = 0
+
+    def addr(self, peer: str) -> str:
+        return f"/mem/{peer}"
+
+    def start(self, peer: str | None = None) -> None:
+        for p in [peer] if peer else sorted(self.cores):
+            self.down.discard(p)
+            self.deliver(p, Started((self.addr(p),)))
+
+    def connect(self, a: str, b: str) -> None:
+        if frozenset((a, b)) in self.links:
+            return
+        self.links.add(frozenset((a, b)))
+        self.deliver(a, PeerConnected(b, (self.addr(b),)))
+        self.deliver(b, PeerConnected(a, (self.addr(a),)))
+
+    def disconnect(self, a: str, b: str) -> None:
+        if frozenset((a, b)) in self.links:
+            self.links.discard(frozenset((a, b)))
+            self.deliver(a, PeerDisconnected(b))
+            self.deliver(b, PeerDisconnected(a))
+
+    def stop(self, peer: str, silent: bool = False) -> None:
+        """Take a peer down; `silent` keeps its links (a SIGSTOPped process), else they drop."""
+        self.down.add(peer)
+        if not silent:
+            for link in sorted(self.links, key=sorted):
+                if peer in link:
+                    (other,) = link - {peer}
+                    self.disconnect(peer, other)
+
+    def neighbours(self, peer: str) -> list[str]:
+        return sorted(next(iter(link - {peer})) for link in self.links if peer in link)
+
+    def deliver(self, peer: str, inp) -> list:
+        if peer in self.down:
+            return []
+        effects = self.cores[peer].handle(self.now, inp)
+        for effect in effects:
+            self._carry_out(peer, inp, effect)
+        self._drain()
+        return effects
+
+    def inject(self, to: str, topic: str, data: bytes, from_peer: str) -> list:
+        """Hand `to` a gossip message as if `from_peer` forwarded it."""
+        return self.deliver(to, MessageReceived(topic, data, from_peer))
+
+    def _drain(self) -> None:
+        while self._pending:
+            peer, inp = self._pending.popleft()
+            if peer in self.down:
+                continue
+            for effect in self.cores[peer].handle(self.now, inp):
+                self._carry_out(peer, inp, effect)
+
+    def _gossip(self, sender: str, topic: str, data: bytes) -> None:
+        key = hashlib.blake2b(data, digest_size=16).digest()
+        self.gossip_seen[sender].add(key)
+        for other in self.neighbours(sender):
+            if topic in self.subs[other] and key not in self.gossip_seen[other] and other not in self.down:
+                self.gossip_seen[other].add(key)
+                self._pending.append((other, MessageReceived(topic, data, sender)))
+
+    def _carry_out(self, peer: str, inp, effect) -> None:
+        if isinstance(effect, Publish):
+            self._gossip(peer, effect.topic, effect.data)
+        elif isinstance(effect, MessageVerdict):
+            self.verdicts.append((peer, effect))
+            if effect.accepted and isinstance(inp, MessageReceived):
+                self._gossip(peer, inp.topic, inp.data)
+        elif isinstance(effect, Subscribe):
+            self.subs[peer].add(effect.topic)
+        elif isinstance(effect, Unsubscribe):
+            self.subs[peer].discard(effect.topic)
+        elif isinstance(effect, Dial):
+            if effect.peer in self.cores and effect.peer not in self.down:
+                self.connect(peer, effect.peer)
+            else:
+                self._pending.append((peer, DialFailed(effect.peer, "unreachable")))
+        elif isinstance(effect, (Disconnect, Ban)):
+            self.disconnect(peer, effect.peer)
+        elif isinstance(effect, SendRequest):
+            if frozenset((peer, effect.peer)) in self.links and effect.peer not in self.down:
+                self._server_rid += 1
+                self._requests[(effect.peer, self._server_rid)] = (peer, effect.request_id, effect.protocol)
+                self._pending.append((effect.peer, RequestReceived(peer, effect.protocol, self._server_rid, effect.data)))
+            else:
+                self._pending.append((peer, ResponseReceived(effect.peer, effect.protocol, effect.request_id,
+                                                             error="not connected")))
+        elif isinstance(effect, Respond):
+            client, rid, proto = self._requests.pop((peer, effect.request_id))
+            self._pending.append((client, ResponseReceived(peer, proto, rid, effect.data, effect.error)))
+        elif isinstance(effect, Emit):
+            self.events.append((peer, effect))
+
+    def run_for(self, seconds: float) -> None:
+        end = self.now + seconds
+        while True:
+            deadlines = [(c.next_deadline(), p) for p, c in sorted(self.cores.items())
+                         if p not in self.down and c.next_deadline() is not None]
+            if not deadlines:
+                break
+            at = min(d for d, _ in deadlines)
+            if at > end:
+                break
+            self.now = max(self.now, at)
+            for deadline, peer in deadlines:
+                if deadline <= self.now:
+                    self.deliver(peer, Tick())
+        self.now = end
+
+    def events_named(self, name: str) -> list[tuple[str, dict]]:
+        return [(p, dict(e.fields)) for p, e in self.events if e.event == name]

@@ -1,0 +1,218 @@
+import msgpack
+import pytest
+
+from gossip import topics
+from gossip.envelope import seal
+from gossip.identity import Identity
+from gossip.messages import Probe, StatusHeartbeat
+from swarm.core import CoreConfig, PeerCore
+from swarm.io import (Ban, CommandResult, LocalCommand, MessageVerdict, Publish, RequestReceived, Respond, Started,
+                      Subscribe, Tick)
+from swarm.membership import MembershipConfig
+from tests.samples import T0, task
+from tests.swarm.harness import MemoryNet
+
+
+def make_cores(n: int, **membership) -> list[PeerCore]:
+    cfg = CoreConfig(membership=MembershipConfig(**membership))
+    return [PeerCore(Identity(bytes([i + 1]) * 32), cfg, seed=i) for i in range(n)]
+
+
+def star(n: int, **membership) -> tuple[MemoryNet, list[str]]:
+    """n peers that know only peer 0 (the bootstrap)."""
+    cores = make_cores(n, **membership)
+    net = MemoryNet(cores, T0)
+    ids = [c.peer_id for c in cores]
+    net.start()
+    for p in ids[1:]:
+        net.connect(ids[0], p)
+    return net, ids
+
+
+def announce(net: MemoryNet, peer: str, **overrides) -> str:
+    t = task(trainer_keys=(net.cores[peer].identity.public_key,), **overrides)
+    effects = net.deliver(peer, LocalCommand(1, "announce-task", {"task": t}))
+    result = [e for e in effects if isinstance(e, CommandResult)][0]
+    assert result.ok, result.error
+    return result.result["task_id"]
+
+
+def test_started_subscribes_and_schedules_heartbeat():
+    core = make_cores(1)[0]
+    effects = core.handle(T0, Started(("/ip4/127.0.0.1/tcp/1",)))
+    assert {e.topic for e in effects if isinstance(e, Subscribe)} == set(topics.GLOBAL_TOPICS)
+    assert core.next_deadline() == T0
+    out = core.handle(T0, Tick())
+    beat = [e for e in out if isinstance(e, Publish)]
+    assert beat and beat[0].topic == topics.STATUS
+
+
+def test_heartbeats_and_peer_exchange_connect_everyone():
+    net, ids = star(6)
+    net.run_for(10)
+    for p in ids:
+        snap = net.cores[p].snapshot(net.now)
+        assert set(snap["alive"]) == set(ids) - {p}, p
+        assert set(snap["connected"]) == set(ids) - {p}, "peer exchange dials beyond the bootstrap"
+        for peer in snap["peers"]:
+            assert peer["roles"] == ["relay"] and peer["last_seen_ago"] < 3
+
+
+def test_swarm_survives_bootstrap_death():
+    net, ids = star(5)
+    net.run_for(10)
+    net.stop(ids[0])
+    net.run_for(30)
+    for p in ids[1:]:
+        snap = net.cores[p].snapshot(net.now)
+        assert set(snap["alive"]) == set(ids[1:]) - {p}
+        gone = [x for x in snap["peers"] if x["peer_id"] == ids[0]][0]
+        assert gone["state"] == "gone"
+
+
+def test_silent_peer_marked_gone_and_comes_back():
+    net, ids = star(3, gone_after=6)
+    net.run_for(6)
+    net.stop(ids[2], silent=True)  # SIGSTOP: links stay, heartbeats stop
+    net.run_for(10)
+    state = {x["peer_id"]: x["state"] for x in net.cores[ids[0]].snapshot(net.now)["peers"]}
+    assert state[ids[2]] == "gone" and state[ids[1]] == "alive"
+    assert (ids[0], {"peer": ids[2]}) in [(p, {"peer": f["peer"]}) for p, f in net.events_named("peer-gone")]
+    net.start(ids[2])
+    for p in ids[:2]:
+        net.connect(p, ids[2])
+    net.run_for(5)
+    state = {x["peer_id"]: x["state"] for x in net.cores[ids[0]].snapshot(net.now)["peers"]}
+    assert state[ids[2]] == "alive"
+
+
+def test_task_gossip_and_subscription():
+    net, ids = star(4)
+    net.run_for(3)
+    task_id = announce(net, ids[2])
+    for p in ids:
+        snap = net.cores[p].snapshot(net.now)
+        assert [t["task_id"] for t in snap["tasks"]] == [task_id]
+        assert set(topics.task_topics(task_id)) <= net.subs[p]
+
+
+def test_late_joiner_learns_task_through_sync():
+    cores = make_cores(3)
+    net = MemoryNet(cores, T0)
+    a, b, late = (c.peer_id for c in cores)
+    net.start(a)
+    net.start(b)
+    net.connect(a, b)
+    task_id = announce(net, a)
+    net.run_for(5)
+    net.start(late)
+    net.connect(late, b)
+    net.run_for(5)
+    assert [t["task_id"] for t in net.cores[late].snapshot(net.now)["tasks"]] == [task_id]
+
+
+def test_expired_and_future_tasks_refused():
+    net, ids = star(2)
+    t = task(created_at=T0 - 10, expires_at=T0 - 1)
+    wire = seal(net.cores[ids[1]].identity, t).wire
+    verdict = net.inject(ids[0], topics.TASKS, wire, ids[1])[0]
+    assert verdict == MessageVerdict(False, "out-of-window")
+    t = task(created_at=T0 + 3600, expires_at=T0 + 7200)
+    verdict = net.inject(ids[0], topics.TASKS, seal(net.cores[ids[1]].identity, t).wire, ids[1])[0]
+    assert verdict == MessageVerdict(False, "out-of-window")
+
+
+def test_replayed_heartbeat_and_message_rejected():
+    net, ids = star(2)
+    bob = net.cores[ids[1]]
+    beat = StatusHeartbeat(seq=int(T0 * 1000) + 5, sent_at=T0, roles=("worker",), agent="x", listen_addrs=(),
+                           tasks=(), versions={}, known_peers=())
+    wire = seal(bob.identity, beat).wire
+    assert net.inject(ids[0], topics.STATUS, wire, ids[1])[0].accepted
+    assert net.inject(ids[0], topics.STATUS, wire, ids[1])[0] == MessageVerdict(False, "replayed")
+    older = seal(bob.identity, StatusHeartbeat(**{**beat.__dict__, "seq": beat.seq - 1})).wire
+    assert net.inject(ids[0], topics.STATUS, older, ids[1])[0] == MessageVerdict(False, "replayed")
+    stale = seal(bob.identity, Probe(seq=1, sent_at=T0 - 3600, payload=b"")).wire
+    assert net.inject(ids[0], topics.PROBE, stale, ids[1])[0] == MessageVerdict(False, "out-of-window")
+    rejected = net.cores[ids[0]].snapshot(net.now)["messages"]["rejected"]
+    assert rejected == {"replayed": 2, "out-of-window": 1}
+
+
+@pytest.mark.parametrize("data, topic, reason", [
+    (b"\xc1garbage", topics.STATUS, "malformed"),
+    (b"x" * 1_000_000, topics.STATUS, "oversized"),
+    (None, "swarm/1/unknown-topic", "wrong-topic"),
+    (None, topics.TASKS, "wrong-topic"),  # a probe on the tasks topic
+])
+def test_bad_input_counted_against_forwarder(data, topic, reason):
+    net, ids = star(2)
+    if data is None:
+        data = seal(net.cores[ids[1]].identity, Probe(seq=1, sent_at=T0, payload=b"")).wire
+    verdict = net.inject(ids[0], topic, data, ids[1])[0]
+    assert verdict == MessageVerdict(False, reason)
+    rep = net.cores[ids[0]].snapshot(net.now)["reputation"][ids[1]]
+    assert rep["rejected"] == {reason: 1} and rep["score"] < 0
+
+
+def test_persistent_garbage_gets_peer_banned_and_dropped():
+    net, ids = star(3)
+    net.run_for(4)
+    effects = []
+    for i in range(10):
+        effects += net.inject(ids[0], topics.STATUS, b"\xc1" * (i + 1), ids[1])
+    assert Ban(ids[1], "too many bad messages (malformed)") in effects
+    assert frozenset((ids[0], ids[1])) not in net.links
+    # Its further messages are dropped even when well-formed, and it is never redialled.
+    good = seal(net.cores[ids[1]].identity, Probe(seq=99, sent_at=net.now, payload=b"")).wire
+    assert net.inject(ids[0], topics.PROBE, good, ids[2])[0] == MessageVerdict(False, "banned")
+    net.run_for(20)
+    assert frozenset((ids[0], ids[1])) not in net.links
+    assert ids[1] in net.cores[ids[0]].snapshot(net.now)["banned"]
+    # Nothing already accepted was lost: the honest peer is still known and alive.
+    assert ids[2] in net.cores[ids[0]].snapshot(net.now)["alive"]
+
+
+def test_spam_above_rate_limit():
+    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(sender_rate=10, sender_burst=20), seed=i)
+             for i in range(2)]
+    net = MemoryNet(cores, T0)
+    a, b = (c.peer_id for c in cores)
+    net.start()
+    net.connect(a, b)
+    verdicts = [net.inject(a, topics.PROBE, seal(cores[1].identity, Probe(seq=i, sent_at=T0, payload=b"")).wire, b)[0]
+                for i in range(40)]
+    assert sum(v.accepted for v in verdicts) == 20
+    assert {v.reason for v in verdicts if not v.accepted} == {"rate-limited"}
+
+
+def test_sync_request_garbage_is_answered_with_error():
+    core = make_cores(1)[0]
+    core.handle(T0, Started(()))
+    out = core.handle(T0, RequestReceived("12D3KooWfake", "/swarm/sync/1", 7, b"\xc1"))
+    assert Respond(7, error="malformed") in out
+    out = core.handle(T0, RequestReceived("12D3KooWfake", "/swarm/sync/1", 8, msgpack.packb({"tasks": ["x"] * 99})))
+    assert Respond(8, error="malformed") in out
+
+
+def test_probe_latency_in_snapshot():
+    net, ids = star(2)
+    net.run_for(3)
+    net.deliver(ids[1], LocalCommand(2, "probe", {"size": 1024}))
+    lat = net.cores[ids[0]].snapshot(net.now)["gossip"]["latency"]
+    assert lat["probe"]["n"] == 1 and lat["probe"]["p50_ms"] == 0.0
+
+
+def test_snapshot_is_plain_json():
+    import json
+    net, ids = star(3)
+    announce(net, ids[0])
+    net.run_for(5)
+    json.dumps(net.cores[ids[1]].snapshot(net.now))
+
+
+def test_same_seed_same_effects():
+    def run():
+        net, ids = star(5)
+        net.run_for(20)
+        return [(p, repr(e)) for p, e in net.events], [net.cores[p].snapshot(net.now)["connected"] for p in ids]
+    assert run() == run()
