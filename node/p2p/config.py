@@ -1,0 +1,67 @@
+"""Host settings and the errors the adapter raises.
+
+The defaults encode what DESIGN.md measured for py-libp2p 0.8.1: gossip payloads stay well under the
+~1 MiB point where ``publish()`` silently drops, bulk bytes go over request streams instead, and our own
+token bucket replaces py-libp2p's per-topic spam cap (10 msg/s) which is far too low for a swarm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    seed: bytes  # 32-byte Ed25519 seed: the same key signs gossip envelopes and is the libp2p identity
+    listen_host: str = "127.0.0.1"
+    port: int = 0  # 0 = the OS picks
+    max_gossip_bytes: int = 900_000  # publish() drops silently above ~1 MiB: refuse with MessageTooLarge
+    max_request_bytes: int = 64 << 20  # cap on one inbound request frame and the default response cap
+    publish_rate: float = 200.0  # token bucket: messages/s; publish() waits for a token (backpressure)
+    publish_burst: int = 50
+    heartbeat_interval: float = 1.0  # gossipsub heartbeat
+    gossip_degree: int = 6  # D; Dlo and Dhi below
+    gossip_degree_low: int = 4
+    gossip_degree_high: int = 12
+    # Bounded send queue: py-libp2p keeps a 32-slot queue per peer and drops on full. publish() waits
+    # while any peer's queue holds this many RPCs, up to send_queue_wait seconds, then publishes anyway
+    # (counted as "send_queue_full") so one stuck peer cannot stall the whole node.
+    send_queue_high_water: int = 24
+    send_queue_wait: float = 2.0
+    request_read_timeout: float = 30.0  # inbound: whole request frame must arrive within this
+    request_handler_timeout: float = 60.0  # inbound: handler + response write
+    max_inbound_requests: int = 32  # concurrent inbound request handlers across all peers
+    dial_timeout_default: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seed, (bytes, bytearray)) or len(self.seed) != 32:
+            raise ValueError("HostConfig.seed must be exactly 32 bytes")
+        if not 0 < self.max_gossip_bytes <= 1_000_000:
+            raise ValueError("max_gossip_bytes must be in (0, 1_000_000]: py-libp2p drops ~1 MiB RPCs")
+        if self.publish_rate <= 0 or self.publish_burst < 1:
+            raise ValueError("publish_rate must be > 0 and publish_burst >= 1")
+        if not self.gossip_degree_low <= self.gossip_degree <= self.gossip_degree_high:
+            raise ValueError("need gossip_degree_low <= gossip_degree <= gossip_degree_high")
+        if self.heartbeat_interval <= 0:
+            raise ValueError("heartbeat_interval must be > 0")
+
+
+class P2PError(Exception):
+    """Base class for errors raised by the host adapter."""
+
+
+class DialError(P2PError):
+    """A connect() failed; the message says to what and why."""
+
+
+class RequestError(P2PError):
+    """A request() failed. ``reason`` is a short machine-readable tag (timeout, reset, too_large, ...)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+
+
+class MessageTooLarge(P2PError):
+    """publish() refused a payload above HostConfig.max_gossip_bytes (bulk bytes belong on streams)."""

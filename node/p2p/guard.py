@@ -1,0 +1,139 @@
+"""Keep garbage from the network from killing the host.
+
+py-libp2p 0.8.1 runs each inbound stream handler inside the connection's nursery, which lives in the
+Swarm service; an exception escaping a handler propagates up and cancels the Swarm (the whole host).
+Pubsub is worse: its own stream handler only catches StreamError/ParseError/IncompleteReadError, so a
+protobuf DecodeError from a malformed RPC escapes, and a message whose signing key does not parse makes
+``signature_validator`` re-raise inside ``push_msg``, a task of the Pubsub service, which then cancels
+the Pubsub service and with it ``open_host``. This module wraps every one of those entry points.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pubsub import Pubsub
+
+from .stats import HostStats
+
+logger = logging.getLogger(__name__)
+
+StreamHandler = Callable[[INetStream], Awaitable[None]]
+
+
+async def reset_quietly(stream: INetStream) -> None:
+    """Reset a stream, ignoring every error (the stream may already be dead)."""
+    with trio.CancelScope(shield=True):
+        try:
+            await stream.reset()
+        except Exception:
+            pass
+
+
+def guard_stream_handler(protocol: str, handler: StreamHandler, stats: HostStats) -> StreamHandler:
+    """Wrap an inbound stream handler: any Exception is counted under ``protocol`` and resets the stream.
+
+    Cancellation (trio.Cancelled, a BaseException) still propagates, so shutdown stays structured.
+    """
+    if getattr(handler, "__swarm_guarded__", False):
+        return handler
+
+    async def guarded(stream: INetStream) -> None:
+        try:
+            await handler(stream)
+        except Exception as exc:  # noqa: BLE001 - the point is to contain anything the peer can cause
+            stats.guarded_errors[protocol] += 1
+            logger.debug("guarded %s handler error: %r", protocol, exc)
+            await reset_quietly(stream)
+
+    guarded.__swarm_guarded__ = True  # type: ignore[attr-defined]
+    guarded.__wrapped__ = handler  # type: ignore[attr-defined]
+    return guarded
+
+
+def guard_all_handlers(host: Any, stats: HostStats) -> None:
+    """Wrap every handler currently registered with the host's multistream-select (identify, ping, ...)."""
+    handlers = host.get_mux().handlers
+    for protocol, handler in list(handlers.items()):
+        if protocol is None or handler is None:
+            continue
+        handlers[protocol] = guard_stream_handler(str(protocol), handler, stats)
+
+
+class GuardedPubsub(Pubsub):
+    """Pubsub whose inbound entry points cannot crash the service.
+
+    ``stream_handler`` is what Pubsub.__init__ registers for every router protocol, so overriding it
+    here guards the pubsub streams. ``push_msg`` runs as a Pubsub service task for each inbound message.
+    """
+
+    def __init__(self, *args: Any, guard_stats: HostStats, **kwargs: Any) -> None:
+        self._guard_stats = guard_stats
+        super().__init__(*args, **kwargs)
+
+    async def stream_handler(self, stream: INetStream) -> None:
+        try:
+            await super().stream_handler(stream)
+        except Exception as exc:  # noqa: BLE001
+            # py-libp2p bug: Pubsub.stream_handler lets protobuf DecodeError (and router.handle_rpc
+            # errors) escape into the Swarm's connection nursery, which kills the host.
+            protocol = str(stream.get_protocol() or "pubsub")
+            self._guard_stats.guarded_errors[protocol] += 1
+            logger.debug("guarded pubsub stream error: %r", exc)
+            await reset_quietly(stream)
+            try:
+                self._handle_dead_peer(stream.muxed_conn.peer_id)
+            except Exception:
+                pass
+
+    async def push_msg(self, msg_forwarder: Any, msg: Any) -> None:
+        if msg_forwarder == self.my_id:
+            # Our own publish: let errors reach the caller of publish().
+            await super().push_msg(msg_forwarder, msg)
+            return
+        try:
+            await super().push_msg(msg_forwarder, msg)
+        except Exception as exc:  # noqa: BLE001
+            # py-libp2p bug: signature_validator re-raises when msg.key does not deserialize, and any
+            # exception in this service task cancels the whole Pubsub service.
+            self._guard_stats.guarded_errors["pubsub/push_msg"] += 1
+            logger.debug("guarded push_msg error from %s: %r", msg_forwarder, exc)
+
+    def notify_subscriptions(self, publish_message: Any) -> None:
+        """Deliver nothing to subscription queues.
+
+        The node consumes messages inside the validator (called once per new message, before
+        forwarding), so the per-topic queues would only fill up: py-libp2p's are 32 deep and log a
+        warning per dropped message once full. Not filling them is the cheapest way to drain them.
+        """
+        return None
+
+
+class GuardedGossipSub(GossipSub):
+    """GossipSub whose heartbeat survives an exception in one round (it is a daemon task: if it exits,
+    the router service is cancelled)."""
+
+    def __init__(self, *args: Any, guard_stats: HostStats, **kwargs: Any) -> None:
+        self._guard_stats = guard_stats
+        super().__init__(*args, **kwargs)
+
+    async def heartbeat(self) -> None:
+        while True:
+            try:
+                await super().heartbeat()  # loops forever unless a round raises
+            except Exception as exc:  # noqa: BLE001
+                self._guard_stats.guarded_errors["gossipsub/heartbeat"] += 1
+                logger.warning("gossipsub heartbeat round failed, restarting: %r", exc)
+                await trio.sleep(self.heartbeat_interval)
+
+    def _handle_dropped_rpc(self, peer_id: Any, rpc: Any, reason: str) -> None:
+        # py-libp2p drops silently (debug log) when a peer's 32-slot send queue is full or an RPC is
+        # oversized; count it so overload is visible in stats.
+        if len(rpc.publish):
+            self._guard_stats.dropped[f"libp2p_{reason}"] += len(rpc.publish)
+        super()._handle_dropped_rpc(peer_id, rpc, reason)

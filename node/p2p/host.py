@@ -1,0 +1,246 @@
+"""The guarded host: the only py-libp2p surface the rest of the node sees.
+
+Everything runs under trio structured concurrency: ``open_host`` starts pubsub and the gossipsub router
+*before* ``host.run()`` (py-libp2p's pubsub notifee hands new peers over a zero-capacity channel, so a
+connection that arrives before Pubsub runs stalls its own setup), and tears all of it down on exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.tools.anyio_service import background_trio_service
+from multiaddr import Multiaddr
+
+from .build import Parts, build
+from .config import DialError, HostConfig, MessageTooLarge, RequestError
+from .events import PeerEventFn, PeerEvents
+from .guard import guard_all_handlers, guard_stream_handler
+from .ratelimit import TokenBucket
+from .reqresp import RequestHandlerFn, make_request_handler, send_request
+from .stats import HostStats
+
+logger = logging.getLogger(__name__)
+
+ValidatorFn = Callable[[str, bytes, str], bool]
+
+_QUEUE_POLL_S = 0.005
+
+
+class Host:
+    """A running libp2p node: gossip (publish/validate), request/response streams, peer events."""
+
+    def __init__(self, config: HostConfig, parts: Parts, stats: HostStats) -> None:
+        self.config = config
+        self.stats = stats
+        self._host = parts.host
+        self._pubsub = parts.pubsub
+        self._router = parts.router
+        self.peer_id: str = str(parts.host.get_id())
+        self._self_id = parts.host.get_id()
+        self._validator: ValidatorFn | None = None
+        self._bucket = TokenBucket(config.publish_rate, config.publish_burst)
+        self._inbound_limiter = trio.CapacityLimiter(config.max_inbound_requests)
+        self._events = PeerEvents(self.peer_id, stats)
+        parts.host.get_network().register_notifee(self._events)
+
+    # ---- addresses and connections -------------------------------------------------------------
+
+    def listen_addrs(self) -> list[str]:
+        return [str(a) for a in self._host.get_addrs()]
+
+    async def connect(self, multiaddr: str, timeout: float = 5.0) -> str:
+        try:
+            info = info_from_p2p_addr(Multiaddr(multiaddr))
+        except Exception as exc:
+            raise DialError(f"bad multiaddr {multiaddr!r} (need .../p2p/<peer id>): {exc}") from exc
+        if info.peer_id == self._self_id:
+            raise DialError(f"refusing to dial our own peer id via {multiaddr}")
+        try:
+            with trio.fail_after(timeout):
+                await self._host.connect(info)
+        except trio.TooSlowError:
+            raise DialError(f"timed out after {timeout}s dialing {multiaddr}") from None
+        except Exception as exc:  # SwarmException, OpenConnectionError, ExceptionGroup of those, ...
+            raise DialError(f"could not connect to {multiaddr}: {_describe(exc)}") from exc
+        return str(info.peer_id)
+
+    async def disconnect(self, peer_id: str) -> None:
+        try:
+            peer = ID.from_base58(peer_id)
+        except Exception:
+            return
+        try:
+            await self._host.disconnect(peer)
+        except Exception as exc:  # closing an already-dead connection must not raise into the node
+            logger.debug("disconnect %s: %r", peer_id, exc)
+
+    def connected_peers(self) -> list[str]:
+        return [str(p) for p in self._host.get_connected_peers()]
+
+    def peer_addrs(self, peer_id: str) -> list[str]:
+        try:
+            return [str(a) for a in self._host.get_peerstore().addrs(ID.from_base58(peer_id))]
+        except Exception:
+            return []
+
+    def on_peer_event(self, fn: PeerEventFn) -> None:
+        """fn(peer_id, connected) on the first connection to a peer and after its last one closes."""
+        self._events.add_callback(fn)
+
+    # ---- gossip ------------------------------------------------------------------------------
+
+    def set_validator(self, fn: ValidatorFn) -> None:
+        """fn(topic, data, forwarder) -> accept, called once per new inbound message on every subscribed
+        topic before it is forwarded. Rejected (or raising) means: not delivered, not forwarded.
+        Our own publishes are not passed to fn (the node already knows what it sent)."""
+        self._validator = fn
+
+    def _topic_validator(self, topic: str) -> Callable[[ID, Any], bool]:
+        def validate(forwarder: ID, msg: Any) -> bool:
+            if forwarder == self._self_id:
+                return True
+            fwd = str(forwarder)
+            data = bytes(msg.data)
+            self.stats.received += 1
+            self.stats.bytes_in[fwd] += len(data)
+            fn = self._validator
+            if fn is None:
+                ok = True
+            else:
+                try:
+                    ok = bool(fn(topic, data, fwd))
+                except Exception as exc:  # noqa: BLE001 - validator bugs count as reject, never propagate
+                    self.stats.validator_errors += 1
+                    logger.warning("validator raised on %s from %s: %r", topic, fwd, exc)
+                    ok = False
+            if ok:
+                self.stats.accepted += 1
+            else:
+                self.stats.rejected += 1
+            return ok
+
+        return validate
+
+    async def subscribe(self, topic: str) -> None:
+        if topic in self._pubsub.topic_ids:
+            return
+        self._pubsub.set_topic_validator(topic, self._topic_validator(topic), False)
+        await self._pubsub.subscribe(topic)
+
+    async def unsubscribe(self, topic: str) -> None:
+        await self._pubsub.unsubscribe(topic)
+        self._pubsub.remove_topic_validator(topic)
+
+    def subscribed_topics(self) -> list[str]:
+        return list(self._pubsub.topic_ids)
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        """Refuse oversize payloads, wait for a rate token, wait while send queues are near full."""
+        if len(data) > self.config.max_gossip_bytes:
+            self.stats.dropped["too_large"] += 1
+            raise MessageTooLarge(f"{len(data)} bytes > max_gossip_bytes={self.config.max_gossip_bytes}")
+        start = trio.current_time()
+        await self._bucket.acquire()
+        await self._wait_for_send_queues()
+        self.stats.publish_wait_seconds += trio.current_time() - start
+        await self._pubsub.publish(topic, bytes(data))
+        self.stats.published += 1
+
+    async def _wait_for_send_queues(self) -> None:
+        # py-libp2p's per-peer RpcQueue (32 slots) drops on full; waiting here turns that into
+        # backpressure. A peer that stays stuck past send_queue_wait is not allowed to stall us.
+        high = self.config.send_queue_high_water
+        deadline = trio.current_time() + self.config.send_queue_wait
+        while any(len(q) >= high for q in list(self._pubsub.peer_queues.values())):
+            if trio.current_time() >= deadline:
+                self.stats.dropped["send_queue_stalled"] += 1
+                return
+            await trio.sleep(_QUEUE_POLL_S)
+
+    # ---- request / response ------------------------------------------------------------------
+
+    def set_request_handler(self, protocol: str, fn: RequestHandlerFn) -> None:
+        """fn(peer_id, request) -> response bytes for inbound streams on ``protocol``."""
+        handler = make_request_handler(protocol, fn, self.config, self.stats, self._inbound_limiter)
+        self._host.set_stream_handler(TProtocol(protocol), guard_stream_handler(protocol, handler, self.stats))
+
+    async def request(
+        self,
+        peer_id: str,
+        protocol: str,
+        data: bytes,
+        timeout: float = 10.0,
+        max_response_bytes: int | None = None,
+    ) -> bytes:
+        if len(data) > self.config.max_request_bytes:
+            self.stats.request_errors["too_large"] += 1
+            raise RequestError("too_large", f"request of {len(data)} bytes > max_request_bytes")
+        cap = self.config.max_request_bytes if max_response_bytes is None else max_response_bytes
+        return await send_request(self._host, peer_id, protocol, bytes(data), timeout, cap, self.stats)
+
+    # ---- for tests and diagnostics -----------------------------------------------------------
+
+    def mesh_peers(self, topic: str) -> list[str]:
+        return [str(p) for p in self._router.mesh.get(topic, set())]
+
+    def topic_peers(self, topic: str) -> list[str]:
+        return [str(p) for p in self._pubsub.peer_topics.get(topic, set())]
+
+    async def _raw_stream(self, peer_id: str, protocol: str) -> INetStream:
+        """Open a negotiated stream (tests use it to send garbage on a protocol)."""
+        return await self._host.new_stream(ID.from_base58(peer_id), [TProtocol(protocol)])
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception or the leaves of an exception group (libp2p dials raise groups)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    text = str(exc) or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text += f" ({cause})"
+    return text
+
+
+def _single_leaf(group: BaseExceptionGroup) -> BaseException | None:
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                walk(sub)
+        else:
+            leaves.append(e)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+@asynccontextmanager
+async def open_host(config: HostConfig) -> AsyncIterator[Host]:
+    """Start a host listening on config.listen_host:config.port; stop everything on exit."""
+    stats = HostStats()
+    parts = build(config, stats)
+    host = Host(config, parts, stats)
+    guard_all_handlers(parts.host, stats)  # identify, ping, pubsub: everything registered so far
+    try:
+        async with background_trio_service(parts.pubsub), background_trio_service(parts.router):
+            async with parts.host.run(listen_addrs=[parts.listen_addr]):
+                yield host
+    except BaseExceptionGroup as group:
+        # py-libp2p yields inside its own nurseries, so under trio's strict exception groups an error
+        # from the caller's body arrives wrapped; hand a lone exception back unwrapped so callers can
+        # `except RequestError` as usual. Real multi-failures stay groups.
+        leaf = _single_leaf(group)
+        if leaf is None:
+            raise
+        raise leaf from None

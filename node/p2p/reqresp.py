@@ -1,0 +1,139 @@
+"""One request, one response per stream: ``varint len | request`` then ``varint len | response``.
+
+Bulk bytes (rollout blobs, weight shards) travel here, never on gossip. Both sides cap frame sizes and
+put deadlines on reads; any failure resets the stream, so the remote sees a reset rather than a hang.
+There is no error frame: a handler that cannot answer raises, and the requester gets
+``RequestError('reset')``. Application-level "not found" belongs inside the response bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+from libp2p.abc import INetStream
+from libp2p.custom_types import TProtocol
+from libp2p.peer.id import ID
+
+from .config import HostConfig, RequestError
+from .framing import FrameError, read_frame, write_frame
+from .guard import StreamHandler, reset_quietly
+from .stats import HostStats
+
+logger = logging.getLogger(__name__)
+
+RequestHandlerFn = Callable[[str, bytes], Awaitable[bytes]]
+
+# FrameError reasons seen by the requester, mapped to RequestError reasons.
+_RESPONSE_REASONS = {"eof": "reset", "truncated": "truncated", "too_large": "too_large", "bad_varint": "malformed"}
+
+
+def make_request_handler(
+    protocol: str,
+    fn: RequestHandlerFn,
+    config: HostConfig,
+    stats: HostStats,
+    limiter: trio.CapacityLimiter,
+) -> StreamHandler:
+    """Build the inbound stream handler for ``protocol`` (the caller wraps it with the guard too)."""
+
+    async def handle(stream: INetStream) -> None:
+        peer = str(stream.muxed_conn.peer_id)
+        try:
+            limiter.acquire_on_behalf_of_nowait(stream)
+        except trio.WouldBlock:
+            # Refuse instead of queueing: a flood of requests must not pile up memory or tasks.
+            stats.requests_failed["busy"] += 1
+            await reset_quietly(stream)
+            return
+        try:
+            await _serve(stream, peer)
+        finally:
+            limiter.release_on_behalf_of(stream)
+
+    async def _serve(stream: INetStream, peer: str) -> None:
+        try:
+            with trio.fail_after(config.request_read_timeout):
+                request = await read_frame(stream, config.max_request_bytes)
+        except trio.TooSlowError:
+            stats.requests_failed["read_timeout"] += 1
+            await reset_quietly(stream)
+            return
+        except FrameError as exc:
+            stats.requests_failed[exc.reason] += 1
+            await reset_quietly(stream)
+            return
+        stats.bytes_in[peer] += len(request)
+        try:
+            with trio.fail_after(config.request_handler_timeout):
+                response = await fn(peer, request)
+                if not isinstance(response, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"{protocol} handler returned {type(response).__name__}, not bytes")
+                await write_frame(stream, bytes(response))
+                await stream.close()
+        except trio.TooSlowError:
+            stats.requests_failed["handler_timeout"] += 1
+            await reset_quietly(stream)
+            return
+        except Exception as exc:  # noqa: BLE001 - handler bugs and peer resets alike end in a reset
+            stats.requests_failed["handler_error"] += 1
+            logger.debug("%s handler failed for %s: %r", protocol, peer, exc)
+            await reset_quietly(stream)
+            return
+        stats.bytes_out[peer] += len(response)
+        stats.requests_served += 1
+
+    return handle
+
+
+async def send_request(
+    host: object,
+    peer_id: str,
+    protocol: str,
+    data: bytes,
+    timeout: float,
+    max_response_bytes: int,
+    stats: HostStats,
+) -> bytes:
+    """Open a stream to a connected peer, send one request frame, read one capped response frame."""
+    try:
+        peer = ID.from_base58(peer_id)
+    except Exception as exc:
+        raise RequestError("bad_peer_id", repr(peer_id)) from exc
+    if not host.get_network().get_connections(peer):  # type: ignore[attr-defined]
+        # Deliberately no implicit dial: after disconnect()/ban the node must not reconnect by accident.
+        raise RequestError("not_connected", peer_id)
+    stats.requests_sent += 1
+    stream: INetStream | None = None
+    try:
+        with trio.fail_after(timeout):
+            try:
+                stream = await host.new_stream(peer, [TProtocol(protocol)])  # type: ignore[attr-defined]
+            except Exception as exc:  # StreamFailure, SwarmException, ...
+                raise RequestError("open_failed", f"{protocol} to {peer_id}: {exc}") from exc
+            try:
+                await write_frame(stream, data)
+                response = await read_frame(stream, max_response_bytes)
+            except FrameError as exc:
+                raise RequestError(_RESPONSE_REASONS.get(exc.reason, exc.reason), str(exc)) from exc
+            except Exception as exc:  # StreamReset/StreamClosed while writing
+                raise RequestError("reset", repr(exc)) from exc
+    except trio.TooSlowError:
+        stats.request_errors["timeout"] += 1
+        if stream is not None:
+            await reset_quietly(stream)
+        raise RequestError("timeout", f"{protocol} to {peer_id} after {timeout}s") from None
+    except RequestError as exc:
+        stats.request_errors[exc.reason] += 1
+        if stream is not None:
+            await reset_quietly(stream)
+        raise
+    stats.bytes_out[peer_id] += len(data)
+    stats.bytes_in[peer_id] += len(response)
+    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+        try:
+            await stream.close()
+        except Exception:
+            pass
+    return response
