@@ -1,0 +1,93 @@
+"""Tensors as raw little-endian bytes: casting to the carried dtype, XOR deltas, byte shuffle.
+
+Why everything goes through raw bytes: a policy version must reconstruct *bit-exactly* on every
+peer, because TOPLOC proofs and logprob checks compare activations computed from those weights.
+Arithmetic deltas (new - old) in bf16 are lossy; XOR of the bit patterns is exact by construction
+(`old ^ (old ^ new) == new`) and needs no float semantics at all, so NaNs, -0.0 and denormals
+survive untouched.
+
+Why XOR also compresses well: a small optimizer step (lr ~3e-5) rarely moves a weight across a
+power of two, so the sign and exponent bits, which sit in the high byte of each bf16/fp16 word, are
+unchanged and XOR to zero; in bf16 many weights do not change at all (the step is under half an
+ulp), so whole words are zero. Byte shuffle (the HDF5/Blosc filter) then groups byte 0 of every
+word, then byte 1, ...: the mostly-zero high bytes become long zero runs that zstd collapses, instead
+of alternating zero/non-zero bytes that defeat its match finder. `bench/weights_pack.py` measures it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+if sys.byteorder != "little":  # safetensors and our hashes are defined on little-endian bytes
+    raise ImportError("trainer.weights assumes a little-endian host")
+
+# Wire names for dtypes (short, stable, independent of torch's repr).
+DTYPES: dict[str, torch.dtype] = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+    "i64": torch.int64,
+    "i32": torch.int32,
+    "i16": torch.int16,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "bool": torch.bool,
+}
+_NAMES = {v: k for k, v in DTYPES.items()}
+ITEMSIZE: dict[str, int] = {k: torch.empty((), dtype=v).element_size() for k, v in DTYPES.items()}
+CARRY_DTYPES = ("bf16", "fp16", "fp32")  # what floating weights may be carried in
+
+
+def carried(t: torch.Tensor, dtype: str) -> torch.Tensor:
+    """Return `t` as it travels: floats cast to `dtype`, other dtypes kept, contiguous on CPU.
+
+    Casting is idempotent, so packing from fp32 master weights and packing from an already
+    reconstructed bf16 version give the same bits (which is what lets a delta's parent be either).
+    """
+    if dtype not in CARRY_DTYPES:
+        raise ValueError(f"dtype must be one of {CARRY_DTYPES}, not {dtype!r}")
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
+    t = t.detach()
+    if t.is_floating_point():
+        t = t.to(DTYPES[dtype])
+    elif t.dtype not in _NAMES:
+        raise ValueError(f"unsupported tensor dtype {t.dtype}")
+    return t.to("cpu").contiguous()
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    """The wire name of `t`'s dtype."""
+    return _NAMES[t.dtype]
+
+
+def to_bytes(t: torch.Tensor) -> np.ndarray:
+    """The tensor's raw little-endian bytes as a flat uint8 array (a view where possible)."""
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
+def from_bytes(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """Rebuild a tensor of `dtype` and `shape` from its flat raw bytes (copies: owns its memory)."""
+    buf = torch.from_numpy(np.array(raw, dtype=np.uint8, copy=True).reshape(-1))
+    return buf.view(DTYPES[dtype]).reshape(shape)
+
+
+def shuffle(raw: np.ndarray, itemsize: int) -> np.ndarray:
+    """Byte-transpose: (n words x k bytes) -> (k planes x n bytes); plane j holds byte j of each word."""
+    return np.ascontiguousarray(raw.reshape(-1, itemsize).T)
+
+
+def unshuffle(planes: np.ndarray, itemsize: int) -> np.ndarray:
+    """Inverse of `shuffle`: (k planes x n bytes) -> flat raw bytes."""
+    return np.ascontiguousarray(planes.reshape(itemsize, -1).T).reshape(-1)
+
+
+def xor(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Bytewise XOR of two equal-length uint8 arrays (word size does not matter for XOR)."""
+    if a.shape != b.shape:
+        raise ValueError("xor of arrays with different lengths")
+    return np.bitwise_xor(a, b)
