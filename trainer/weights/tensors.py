@@ -67,11 +67,15 @@ def dtype_name(t: torch.Tensor) -> str:
 
 def to_bytes(t: torch.Tensor) -> np.ndarray:
     """The tensor's raw little-endian bytes as a flat uint8 array (a view where possible)."""
+    if t.numel() == 0:  # torch refuses dtype views of empty tensors (their stride may be 0)
+        return np.empty(0, np.uint8)
     return t.reshape(-1).view(torch.uint8).numpy()
 
 
 def from_bytes(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
     """Rebuild a tensor of `dtype` and `shape` from its flat raw bytes (copies: owns its memory)."""
+    if raw.size == 0:
+        return torch.empty(shape, dtype=DTYPES[dtype])
     buf = torch.from_numpy(np.array(raw, dtype=np.uint8, copy=True).reshape(-1))
     return buf.view(DTYPES[dtype]).reshape(shape)
 

@@ -1,0 +1,134 @@
+"""Round trips: full and delta versions reconstruct bit-exactly; the encoding choice is honest."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+import torch
+
+from tests.trainer_weights.helpers import model, step
+from trainer.weights import (
+    ParentMismatchError,
+    TensorHashError,
+    pack_version,
+    parse_manifest,
+    unpack_version,
+)
+from trainer.weights.tensors import DTYPES
+
+torch.set_num_threads(1)
+
+
+def bits_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal as bit patterns (NaN-safe, distinguishes -0.0 from 0.0)."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
+        a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)
+    )
+
+
+def expected(sd: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
+    return {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in sd.items()}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+def test_full_and_delta_round_trip_bit_exact(dtype):
+    v0 = model(0)
+    p0 = pack_version(v0, None, shard_size=4096, dtype=dtype)
+    assert p0.encoding == "full" and p0.parent_root is None and p0.depth == 0
+    r0 = unpack_version(p0.manifest_fields(), list(p0.shards), None)
+    assert list(r0) == sorted(v0)
+    assert all(bits_equal(r0[k], expected(v0, dtype)[k]) for k in v0)
+
+    v1 = step(v0)
+    p1 = pack_version(v1, r0, shard_size=4096, dtype=dtype, parent_root=p0.root)
+    assert p1.encoding == "delta" and p1.parent_root == p0.root and p1.depth == 1
+    r1 = unpack_version(p1.manifest_fields(), list(p1.shards), r0)
+    assert all(bits_equal(r1[k], expected(v1, dtype)[k]) for k in v1)
+
+
+def test_special_values_survive_exactly():
+    v0 = {"x": torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-40])}
+    v1 = {"x": torch.tensor([-0.0, 0.0, float("inf"), float("nan"), 1e-40, -float("inf")])}
+    for dtype in ("bf16", "fp16", "fp32"):
+        p0 = pack_version(v0, None, dtype=dtype)
+        r0 = unpack_version(p0.manifest_fields(), list(p0.shards))
+        p1 = pack_version(v1, v0, dtype=dtype, parent_root=p0.root, full_every=None)
+        r1 = unpack_version(p1.manifest_fields(), list(p1.shards), r0)
+        assert bits_equal(r1["x"], v1["x"].to(DTYPES[dtype]))
+
+
+def test_parent_may_be_fp32_source_or_unpacked_version():
+    v0, v1 = model(0), step(model(0))
+    p0 = pack_version(v0, None)
+    r0 = unpack_version(p0.manifest_fields(), list(p0.shards))
+    a = pack_version(v1, v0, parent_root=p0.root)
+    b = pack_version(v1, r0, parent_root=p0.root)
+    assert a.root == b.root and a.encoding == "delta"
+
+
+def test_delta_chosen_when_smaller_full_when_not():
+    v0 = {"w": torch.randn(256, 256) * 0.02}
+    p0 = pack_version(v0, None)
+    small = pack_version(step(v0), v0, parent_root=p0.root)
+    assert small.encoding == "delta" and small.compressed_size < p0.compressed_size
+    # An unrelated version: XOR against it is as noisy as the weights themselves.
+    unrelated = {"w": torch.randn(256, 256) * 0.02}
+    forced = pack_version(unrelated, v0, parent_root=p0.root, full_every=1)
+    chosen = pack_version(unrelated, v0, parent_root=p0.root)
+    assert forced.encoding == "full"
+    if chosen.encoding == "full":
+        assert chosen.root == forced.root
+    else:  # only when it really is smaller
+        assert chosen.compressed_size < forced.compressed_size
+
+
+def test_full_every_bounds_the_chain():
+    versions = [model(0)]
+    for i in range(6):
+        versions.append(step(versions[-1], seed=i + 1))
+    encodings, parent, root, depth = [], None, None, 0
+    for sd in versions:
+        p = pack_version(sd, parent, parent_root=root, parent_depth=depth, full_every=3)
+        encodings.append((p.encoding, p.depth))
+        parent = unpack_version(p.manifest_fields(), list(p.shards), parent)
+        root, depth = p.root, p.depth
+    assert encodings == [("full", 0), ("delta", 1), ("delta", 2), ("full", 0), ("delta", 1),
+                         ("delta", 2), ("full", 0)]
+
+
+def test_layout_change_packs_full():
+    v0 = model(0)
+    p0 = pack_version(v0, None)
+    v1 = dict(step(v0), extra=torch.zeros(3))
+    assert pack_version(v1, v0, parent_root=p0.root).encoding == "full"
+
+
+def test_deterministic_root_and_key_order_irrelevant():
+    v = model(3)
+    a = pack_version(v, None)
+    b = pack_version(dict(reversed(list(v.items()))), None)
+    assert a.root == b.root and a.shards == b.shards
+
+
+def test_wrong_or_missing_parent_is_rejected():
+    v0 = model(0)
+    p0 = pack_version(v0, None)
+    p1 = pack_version(step(v0), v0, parent_root=p0.root)
+    with pytest.raises(ParentMismatchError):
+        unpack_version(p1.manifest_fields(), list(p1.shards), None)
+    with pytest.raises(TensorHashError) as err:
+        unpack_version(p1.manifest_fields(), list(p1.shards), step(v0, seed=9))
+    assert "wrong parent" in str(err.value)
+    with pytest.raises(ParentMismatchError):
+        unpack_version(p1.manifest_fields(), list(p1.shards), {"emb.weight": torch.zeros(1)})
+
+
+def test_manifest_fields_are_plain_and_survive_msgpack():
+    p0 = pack_version(model(0), None, shard_size=1024)
+    p1 = pack_version(step(model(0)), model(0), shard_size=1024, parent_root=p0.root)
+    fields = p1.manifest_fields()
+    back = msgpack.unpackb(msgpack.packb(fields, use_bin_type=True), raw=False)
+    assert back == fields
+    assert parse_manifest(back).root == p1.root
+    assert len(p1.shards) > 1 and all(len(s) == 1024 for s in p1.shards[:-1])
+    assert unpack_version(back, list(p1.shards), model(0)).keys() == model(0).keys()
