@@ -181,7 +181,9 @@ class PeerCore:
             if self.ledger.is_banned(signer):
                 raise Rejected(errors.BANNED, f"signer {signer} is banned")
             if not self.seen.add(signed.msg_id, now):
-                raise Rejected(errors.REPLAYED, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
+                # py-libp2p validates concurrent copies of one message before marking it seen, so an
+                # honest forwarder can trip this now and then: it costs little, a replayer pays in bulk.
+                raise Rejected(errors.DUPLICATE, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
             blame = signer
             if not self.buckets.take(signer, now):
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
@@ -191,6 +193,8 @@ class PeerCore:
             return [MessageVerdict(False, rej.reason)] + self._penalise(now, blame, rej)
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
         self.ledger.accept(signer, now)
+        if inp.from_peer != signer:
+            self.ledger.accept(inp.from_peer, now)  # relaying valid traffic is good behaviour too
         return [MessageVerdict(True)] + effects
 
     def _penalise(self, now: float, peer: str, rej: Rejected) -> list:

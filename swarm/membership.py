@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gossip.errors import OUT_OF_WINDOW, REPLAYED, Rejected
+from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
 from gossip.messages import PeerAddrs, StatusHeartbeat
 from swarm.io import Dial, Disconnect, Emit
 from swarm.rng import Rng
@@ -102,7 +102,9 @@ class Membership:
         if info is None:
             return []
         if beat.seq <= info.last_seq:
-            raise Rejected(REPLAYED, f"heartbeat seq {beat.seq} after {info.last_seq}")
+            # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
+            # an identical replay is caught earlier by the seen-cache, an old one by the time window.
+            raise Rejected(STALE, f"heartbeat seq {beat.seq} after {info.last_seq}")
         effects: list = []
         if info.state != ALIVE:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))

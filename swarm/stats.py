@@ -39,6 +39,9 @@ class GossipStats:
             samples = self._latency.setdefault(kind, deque(maxlen=self._latency_samples))
             samples.append(max(0.0, latency))
 
+    def latency_samples(self) -> dict[str, list[float]]:
+        return {kind: list(values) for kind, values in sorted(self._latency.items())}
+
     def latency_summary(self) -> dict[str, dict]:
         out = {}
         for kind in sorted(self._latency):

@@ -129,13 +129,13 @@ def test_replayed_heartbeat_and_message_rejected():
                            tasks=(), versions={}, known_peers=())
     wire = seal(bob.identity, beat).wire
     assert net.inject(ids[0], topics.STATUS, wire, ids[1])[0].accepted
-    assert net.inject(ids[0], topics.STATUS, wire, ids[1])[0] == MessageVerdict(False, "replayed")
+    assert net.inject(ids[0], topics.STATUS, wire, ids[1])[0] == MessageVerdict(False, "duplicate")
     older = seal(bob.identity, StatusHeartbeat(**{**beat.__dict__, "seq": beat.seq - 1})).wire
-    assert net.inject(ids[0], topics.STATUS, older, ids[1])[0] == MessageVerdict(False, "replayed")
+    assert net.inject(ids[0], topics.STATUS, older, ids[1])[0] == MessageVerdict(False, "stale")
     stale = seal(bob.identity, Probe(seq=1, sent_at=T0 - 3600, payload=b"")).wire
     assert net.inject(ids[0], topics.PROBE, stale, ids[1])[0] == MessageVerdict(False, "out-of-window")
     rejected = net.cores[ids[0]].snapshot(net.now)["messages"]["rejected"]
-    assert rejected == {"replayed": 2, "out-of-window": 1}
+    assert rejected == {"duplicate": 1, "stale": 1, "out-of-window": 1}
 
 
 @pytest.mark.parametrize("data, topic, reason", [
@@ -170,6 +170,18 @@ def test_persistent_garbage_gets_peer_banned_and_dropped():
     assert ids[1] in net.cores[ids[0]].snapshot(net.now)["banned"]
     # Nothing already accepted was lost: the honest peer is still known and alive.
     assert ids[2] in net.cores[ids[0]].snapshot(net.now)["alive"]
+
+
+def test_persistent_replayer_is_banned():
+    net, ids = star(3)
+    net.run_for(3)
+    wire = seal(net.cores[ids[2]].identity, Probe(seq=1, sent_at=net.now, payload=b"")).wire
+    assert net.inject(ids[0], topics.PROBE, wire, ids[1])[0].accepted
+    effects = []
+    for _ in range(400):
+        effects += net.inject(ids[0], topics.PROBE, wire, ids[1])
+    assert any(isinstance(e, Ban) and e.peer == ids[1] for e in effects)
+    assert not net.cores[ids[0]].is_banned(ids[2]), "the signer of a replayed message is not at fault"
 
 
 def test_spam_above_rate_limit():

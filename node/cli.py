@@ -1,0 +1,191 @@
+"""`swarm-node`: start peers, inspect them, announce tasks, run a local swarm.
+
+Imports are deferred into each command so `--help` answers at once (no trio, libp2p or torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path(os.environ.get("SWARM_DATA_DIR", Path.home() / ".swarm-node"))
+
+
+def _data_dir_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR,
+                   help=f"where the key, blobs and control file live (default {DEFAULT_DATA_DIR}, or $SWARM_DATA_DIR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="swarm-node", description="A peer of a coordinator-free RL training swarm.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("keygen", help="create this node's Ed25519 identity (once)")
+    _data_dir_arg(p)
+
+    p = sub.add_parser("id", help="print this node's peer id")
+    _data_dir_arg(p)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("start", help="run a peer: --bootstrap starts a swarm, --join joins one")
+    _data_dir_arg(p)
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--bootstrap", action="store_true", help="start a new swarm that others --join")
+    how.add_argument("--join", action="append", default=[], metavar="MULTIADDR",
+                     help="a peer to join through (repeatable), e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3Koo...")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="TCP port (default: the OS picks)")
+    p.add_argument("--roles", default="relay", help="comma-separated: relay, worker, trainer, validator")
+    p.add_argument("--heartbeat", type=float, default=2.0, help="seconds between status heartbeats")
+    p.add_argument("--gone-after", type=float, default=10.0, help="seconds of silence before a peer is gone")
+    p.add_argument("--log-format", choices=("text", "json"), default="text")
+
+    p = sub.add_parser("status", help="ask a running node for its state")
+    _data_dir_arg(p)
+    p.add_argument("--json", action="store_true", help="the full snapshot as JSON (for scripts)")
+
+    p = sub.add_parser("task", help="work with tasks")
+    task_sub = p.add_subparsers(dest="task_command", required=True, metavar="SUBCOMMAND")
+    a = task_sub.add_parser("announce", help="sign a task file with this node's key and gossip it")
+    a.add_argument("file", type=Path, nargs="?", help="task TOML (default: the built-in digit-sort example)")
+    _data_dir_arg(a)
+
+    p = sub.add_parser("local", help="run a multi-process swarm on 127.0.0.1")
+    p.add_argument("--peers", type=int, default=4, help="number of peer processes (default 4)")
+    p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
+    p.add_argument("--summary", type=Path, default=None, help="write a JSON summary here at the end")
+    p.add_argument("--base-dir", type=Path, default=Path("runs/local"),
+                   help="parent of the peers' data dirs (default runs/local; reused to resume)")
+    p.add_argument("--task", type=Path, default=None, help="task TOML to announce (default: built-in example)")
+    p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between status heartbeats")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"keygen": cmd_keygen, "id": cmd_id, "start": cmd_start, "status": cmd_status,
+               "task": cmd_task, "local": cmd_local}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"swarm-node: {message}", file=sys.stderr)
+    return code
+
+
+def cmd_keygen(args) -> int:
+    from node.keystore import KeyFileError, create_identity
+    try:
+        identity = create_identity(args.data_dir)
+    except KeyFileError as exc:
+        return _fail(str(exc))
+    print(identity.peer_id)
+    return 0
+
+
+def cmd_id(args) -> int:
+    from node.keystore import KeyFileError, load_identity
+    try:
+        identity = load_identity(args.data_dir)
+    except KeyFileError as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps({"peer_id": identity.peer_id, "public_key": identity.public_key.hex()}))
+    else:
+        print(identity.peer_id)
+    return 0
+
+
+def cmd_start(args) -> int:
+    from node.config import NodeConfig
+    from node.keystore import KeyFileError, key_path
+    from node.runtime import PEERS_FILE
+    if not args.bootstrap and not args.join and not (args.data_dir / PEERS_FILE).exists():
+        return _fail("say --bootstrap to start a new swarm, or --join MULTIADDR to join one "
+                     "(a node restarted with its data dir rejoins the peers it knew)", 2)
+    try:
+        cfg = NodeConfig(data_dir=args.data_dir, host=args.host, port=args.port, bootstrap=args.bootstrap,
+                         join=tuple(args.join), roles=tuple(r for r in args.roles.split(",") if r),
+                         heartbeat_interval=args.heartbeat, gone_after=args.gone_after, log_format=args.log_format)
+    except ValueError as exc:
+        return _fail(str(exc), 2)
+    try:
+        return _run_until_signal(cfg)
+    except KeyFileError as exc:
+        return _fail(f"{exc}")
+    except OSError as exc:
+        return _fail(f"cannot listen on {args.host}:{args.port}: {exc}")
+
+
+def _run_until_signal(cfg) -> int:
+    import signal
+
+    import trio
+
+    from node.runtime import run_node
+
+    async def main_task() -> None:
+        async with trio.open_nursery() as nursery:
+            addrs = await nursery.start(run_node, cfg)
+            print(f"listening {addrs[0]}", flush=True)
+
+            async def stop_on_signal() -> None:
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        nursery.cancel_scope.cancel()
+                        return
+            nursery.start_soon(stop_on_signal)
+    trio.run(main_task)
+    return 0
+
+
+def cmd_status(args) -> int:
+    from node.control import ControlError, call
+    try:
+        snap = call(args.data_dir, "status")
+    except ControlError as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps(snap, indent=2, sort_keys=True))
+    else:
+        from node.status_text import render_status
+        print(render_status(snap))
+    return 0
+
+
+def cmd_task(args) -> int:
+    import tomllib
+
+    from node.control import ControlError, call
+    from node.taskfile import EXAMPLE
+    path = args.file or EXAMPLE
+    try:
+        table = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return _fail(f"{path}: no such file (the built-in example is {EXAMPLE})")
+    except tomllib.TOMLDecodeError as exc:
+        return _fail(f"{path}: not valid TOML: {exc}")
+    try:
+        result = call(args.data_dir, "announce-task", {"task": table})
+    except ControlError as exc:
+        return _fail(str(exc))
+    print(f"announced task {result['task_id']} from {path}")
+    return 0
+
+
+def cmd_local(args) -> int:
+    from node.local import run_local
+    if args.peers < 1:
+        return _fail("--peers must be at least 1", 2)
+    return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
+                     task_file=args.task, heartbeat=args.heartbeat)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

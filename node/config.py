@@ -1,0 +1,31 @@
+"""What a node is told to be: one frozen config, built from CLI flags (and later a TOML file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROLES = ("relay", "worker", "trainer", "validator")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 0
+    bootstrap: bool = False
+    join: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ("relay",)
+    heartbeat_interval: float = 2.0
+    gone_after: float = 10.0
+    target_connections: int = 8
+    log_format: str = "text"
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.roles) - set(ROLES))
+        if unknown:
+            raise ValueError(f"unknown role {unknown[0]!r}; roles are {', '.join(ROLES)}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError("port must be 0..65535 (0: the OS picks)")
+        if self.heartbeat_interval <= 0 or self.gone_after <= self.heartbeat_interval:
+            raise ValueError("need 0 < heartbeat_interval < gone_after")

@@ -1,0 +1,188 @@
+"""Carries a `PeerCore`'s effects out on a libp2p `Host`, and feeds the core what the host sees.
+
+The core is synchronous and fast; everything that waits (publishing under backpressure, dialling,
+requests) runs as a task in the node's nursery and reports back as a new input. The core is only
+ever called from the trio thread, so it needs no locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from node.p2p import DialError, MessageTooLarge, RequestError
+from swarm.io import (Ban, CommandResult, Dial, DialFailed, Disconnect, Emit, LocalCommand, MessageReceived,
+                      MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
+                      ResponseReceived, RunJob, SendRequest, Subscribe, Tick, Unsubscribe)
+
+PUBLISH_QUEUE = 1024
+REPLY_TIMEOUT = 30.0
+
+
+@dataclass
+class _Slot:
+    """Where an answer the core gives later (a Respond, a CommandResult) is parked for its waiter."""
+
+    event: trio.Event = field(default_factory=trio.Event)
+    value: Any = None
+
+
+class CoreDriver:
+    def __init__(self, core, host, nursery: trio.Nursery, log) -> None:
+        self.core = core
+        self.host = host
+        self.nursery = nursery
+        self.log = log
+        self.counters: Counter = Counter()
+        self.banned: set[str] = set()
+        self._publish_send, self._publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
+        self._wakeup = trio.Event()
+        self._replies: dict[int, _Slot] = {}
+        self._commands: dict[int, _Slot] = {}
+        self._next_id = 1
+        self.job_runner = None  # set by roles that run blocking work (later issues)
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    # ---------------------------------------------------------------- feeding the core
+
+    def feed(self, inp) -> list:
+        effects = self.core.handle(self.now(), inp)
+        for effect in effects:
+            self._carry_out(inp, effect)
+        self._wakeup.set()
+        return effects
+
+    def validate(self, topic: str, data: bytes, forwarder: str) -> bool:
+        """The gossipsub validator: the core decides, and acts on what it accepts, in one call."""
+        for effect in self.feed(MessageReceived(topic, data, forwarder)):
+            if isinstance(effect, MessageVerdict):
+                return effect.accepted
+        return False
+
+    def on_peer_event(self, peer: str, connected: bool) -> None:
+        if connected and peer in self.banned:
+            self.nursery.start_soon(self.host.disconnect, peer)
+            return
+        self.feed(PeerConnected(peer, tuple(self.host.peer_addrs(peer))) if connected else PeerDisconnected(peer))
+
+    async def handle_request(self, protocol: str, peer: str, data: bytes) -> bytes:
+        rid = self._new_id()
+        slot = self._replies[rid] = _Slot()
+        try:
+            self.feed(RequestReceived(peer, protocol, rid, data))
+            with trio.fail_after(REPLY_TIMEOUT):
+                await slot.event.wait()
+        finally:
+            self._replies.pop(rid, None)
+        respond: Respond = slot.value
+        if respond.error is not None:
+            raise RequestError(respond.error)  # the adapter resets the stream; the asker sees a failure
+        return respond.data
+
+    async def command(self, name: str, args: dict) -> CommandResult:
+        cid = self._new_id()
+        slot = self._commands[cid] = _Slot()
+        try:
+            self.feed(LocalCommand(cid, name, args))
+            with trio.fail_after(REPLY_TIMEOUT):
+                await slot.event.wait()
+        finally:
+            self._commands.pop(cid, None)
+        return slot.value
+
+    # ---------------------------------------------------------------- effects
+
+    def _carry_out(self, inp, effect) -> None:
+        if isinstance(effect, MessageVerdict):
+            return
+        if isinstance(effect, Publish):
+            try:
+                self._publish_send.send_nowait((effect.topic, effect.data))
+            except trio.WouldBlock:
+                self.counters["publish-queue-full"] += 1
+        elif isinstance(effect, Subscribe):
+            self.nursery.start_soon(self.host.subscribe, effect.topic)
+        elif isinstance(effect, Unsubscribe):
+            self.nursery.start_soon(self.host.unsubscribe, effect.topic)
+        elif isinstance(effect, SendRequest):
+            self.nursery.start_soon(self._request, effect)
+        elif isinstance(effect, Respond):
+            slot = self._replies.get(effect.request_id)
+            if slot is not None:
+                slot.value = effect
+                slot.event.set()
+        elif isinstance(effect, CommandResult):
+            slot = self._commands.get(effect.command_id)
+            if slot is not None:
+                slot.value = effect
+                slot.event.set()
+        elif isinstance(effect, Dial):
+            self.nursery.start_soon(self._dial, effect)
+        elif isinstance(effect, Ban):
+            self.banned.add(effect.peer)
+            self.log("ban", peer=effect.peer, reason=effect.reason)
+            self.nursery.start_soon(self.host.disconnect, effect.peer)
+        elif isinstance(effect, Disconnect):
+            self.nursery.start_soon(self.host.disconnect, effect.peer)
+        elif isinstance(effect, RunJob):
+            if self.job_runner is None:
+                self.counters["job-without-runner"] += 1
+            else:
+                self.job_runner.submit(effect)
+        elif isinstance(effect, Emit):
+            self.log(effect.event, **effect.fields)
+
+    async def _request(self, req: SendRequest) -> None:
+        try:
+            data = await self.host.request(req.peer, req.protocol, req.data, timeout=req.timeout)
+            self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, data))
+        except RequestError as exc:
+            self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, error=str(exc)))
+
+    async def _dial(self, dial: Dial) -> None:
+        for addr in dial.addrs:
+            if not addr.endswith(dial.peer):
+                addr = f"{addr}/p2p/{dial.peer}"
+            try:
+                await self.host.connect(addr)
+                return
+            except DialError as exc:
+                error = str(exc)
+        else:
+            error = "no address"
+        self.feed(DialFailed(dial.peer, error))
+
+    # ---------------------------------------------------------------- long-running tasks
+
+    async def publisher(self) -> None:
+        """Publishes in order; `host.publish` applies rate limiting and backpressure."""
+        async for topic, data in self._publish_recv:
+            try:
+                await self.host.publish(topic, data)
+            except MessageTooLarge as exc:
+                self.counters["publish-too-large"] += 1
+                self.log("publish-refused", topic=topic, error=str(exc))
+
+    async def timer_loop(self) -> None:
+        """Wakes the core at `next_deadline()`, or earlier when an input changed its timers."""
+        while True:
+            deadline = self.core.next_deadline()
+            delay = 3600.0 if deadline is None else deadline - self.now()
+            if delay <= 0:
+                self.feed(Tick())
+                await trio.sleep(0)
+                continue
+            self._wakeup = trio.Event()
+            with trio.move_on_after(min(delay, 1.0)):
+                await self._wakeup.wait()

@@ -1,0 +1,136 @@
+"""`swarm-node local`: N real peer processes on 127.0.0.1, one of them the bootstrap.
+
+It announces the task, shows progress, and at the end asks every peer for its view (who it saw,
+what it delivered, how fast) and writes that as a JSON summary. Ctrl-C stops every peer by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+from node.control import ControlError, call
+from node.procs import start_peer, stop_processes
+from node.taskfile import EXAMPLE
+from swarm.stats import percentile
+
+
+def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
+              heartbeat: float = 1.0, probe_interval: float = 0.5) -> int:
+    base_dir = Path(base_dir)
+    dirs = [base_dir / f"peer{i}" for i in range(peers)]
+    procs = []
+    started = time.time()
+    try:
+        proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat)],
+                                dirs[0] / "node.log")
+        procs.append(proc)
+        _say(f"bootstrap peer listening {boot}")
+        for d in dirs[1:]:
+            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat)], d / "node.log")
+            procs.append(proc)
+        _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
+        table = tomllib.loads(Path(task_file or EXAMPLE).read_text())
+        task_id = _retry(lambda: call(dirs[0], "announce-task", {"task": table}))["task_id"]
+        _say(f"announced task {task_id} ({table['task']['name']})")
+        end = None if duration is None else time.monotonic() + duration
+        next_report = next_probe = time.monotonic()
+        probe_index = 0
+        while end is None or time.monotonic() < end:
+            for i, proc in enumerate(procs):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"peer{i} exited with code {proc.returncode}; see {dirs[i] / 'node.log'}")
+            now = time.monotonic()
+            if now >= next_probe:  # 1 KB probes, round robin: the gossip latency the summary reports
+                _quiet_call(dirs[probe_index % peers], "probe", {"size": 1024})
+                probe_index += 1
+                next_probe = now + probe_interval
+            if now >= next_report:
+                _say(_progress_line(dirs, time.time() - started))
+                next_report = now + 5
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        _say("stopping (Ctrl-C)")
+    except RuntimeError as exc:
+        _say(f"error: {exc}")
+        stop_processes(procs)
+        return 1
+    report = _summarise(dirs, time.time() - started) if summary else None
+    codes = stop_processes(procs)
+    if report is not None:
+        report["exit_codes"] = codes
+        summary.parent.mkdir(parents=True, exist_ok=True)
+        summary.write_text(json.dumps(report, indent=2, sort_keys=True))
+        _say(f"summary written to {summary}")
+    _say(f"stopped {len(procs)} peers (exit codes {codes})")
+    return 0
+
+
+def _say(text: str) -> None:
+    print(f"[local] {text}", flush=True)
+
+
+def _retry(fn, attempts: int = 50, delay: float = 0.2):
+    for i in range(attempts):
+        try:
+            return fn()
+        except ControlError:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay)
+
+
+def _quiet_call(data_dir: Path, cmd: str, args: dict | None = None):
+    try:
+        return call(data_dir, cmd, args, timeout=5)
+    except ControlError:
+        return None
+
+
+def _progress_line(dirs: list[Path], elapsed: float) -> str:
+    views = [_quiet_call(d, "status") for d in dirs]
+    seen = " ".join("?" if v is None else f"{len(v['alive'])}" for v in views)
+    tasks = sum(1 for v in views if v and v["tasks"])
+    return f"t={elapsed:5.0f}s  peers alive per node: {seen}  (of {len(dirs) - 1})  task known by {tasks}/{len(dirs)}"
+
+
+def _summarise(dirs: list[Path], elapsed: float) -> dict:
+    nodes, status_lat, probe_lat = [], [], []
+    for d in dirs:
+        snap = _quiet_call(d, "status")
+        samples = _quiet_call(d, "latency") or {}
+        if snap is None:
+            nodes.append({"data_dir": str(d), "reachable": False})
+            continue
+        status_lat += samples.get("status", [])
+        probe_lat += samples.get("probe", [])
+        nodes.append({
+            "data_dir": str(d), "reachable": True, "peer_id": snap["peer_id"],
+            "peers_seen": sorted(p["peer_id"] for p in snap["peers"] if p["last_seen_ago"] is not None),
+            "peers_alive": snap["alive"], "connected": snap["connected"],
+            "tasks": [t["task_id"] for t in snap["tasks"]],
+            "delivered": snap["gossip"]["delivered"], "messages": snap["messages"],
+        })
+    everyone = {n["peer_id"] for n in nodes if n.get("reachable")}
+    return {
+        "peers": len(dirs), "elapsed_s": round(elapsed, 1),
+        "all_peers_seen_by_all": all(set(n["peers_seen"]) | {n["peer_id"]} == everyone for n in nodes
+                                     if n.get("reachable")) and len(everyone) == len(dirs),
+        "task_known_by_all": all(n.get("tasks") for n in nodes),
+        "delivery_latency_ms": {kind: _pcts(values) for kind, values in (("status", status_lat), ("probe", probe_lat))},
+        "nodes": nodes,
+    }
+
+
+def _pcts(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "p50": round(percentile(values, 50) * 1000, 2),
+            "p90": round(percentile(values, 90) * 1000, 2), "p99": round(percentile(values, 99) * 1000, 2)}
+
+
+if __name__ == "__main__":
+    sys.exit(run_local(4, 20, None, Path("runs/local"), None))

@@ -1,0 +1,73 @@
+"""Child peer processes: started with a bounded wait for readiness, always stopped by PID."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CHILD_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _die_with_parent() -> None:
+    # Linux: if the launcher is killed outright, its peers get SIGTERM instead of living on.
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def start_peer(args: list[str], log_path: Path, ready_timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
+    """Run `swarm-node start ARGS`; return the process and the multiaddr it printed."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = open(log_path, "ab")
+    env = {**os.environ, **CHILD_ENV}
+    proc = subprocess.Popen([sys.executable, "-m", "node.cli", "start", *args], stdout=subprocess.PIPE,
+                            stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+    log.close()
+    deadline = time.monotonic() + ready_timeout
+    line = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.2)
+        if ready:
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            line += chunk
+            if b"\n" in line:
+                first = line.split(b"\n", 1)[0].decode(errors="replace")
+                if first.startswith("listening "):
+                    return proc, first.split(" ", 1)[1].strip()
+                break
+        elif proc.poll() is not None:
+            break
+    stop_processes([proc])
+    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+    raise RuntimeError(f"peer did not start (see {log_path}):\n{tail}")
+
+
+def stop_processes(procs: list[subprocess.Popen], grace: float = 5.0) -> list[int | None]:
+    """SIGINT each, wait up to `grace` seconds in total, SIGKILL what is left. Returns exit codes."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    for proc in procs:
+        if proc.stdout:
+            proc.stdout.close()
+    return [proc.returncode for proc in procs]

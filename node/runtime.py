@@ -1,0 +1,142 @@
+"""One peer: a libp2p host, the sans-IO core, the control API, all in one trio nursery.
+
+    await nursery.start(run_node, config)   # returns the listen multiaddrs once reachable
+
+Stops when its cancel scope is cancelled (SIGINT/SIGTERM in the CLI) or on the control API's `stop`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import trio
+
+from node import control
+from node.blobstore import BlobStore
+from node.config import NodeConfig
+from node.driver import CoreDriver
+from node.fsutil import write_atomic
+from node.keystore import load_or_create_identity
+from node.log import EventLog
+from node.p2p import HostConfig, RequestError, open_host
+from node.taskfile import TaskFileError, task_from_dict
+from swarm import protocols
+from swarm.core import CoreConfig, PeerCore
+from swarm.io import Started
+from swarm.membership import MembershipConfig
+from swarm.rng import stable_seed
+
+PEERS_FILE = "peers.json"  # where we last found peers: a restarted node rejoins without --join
+QUIET_EVENTS = frozenset({"message-rejected", "request-failed"})
+
+
+async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    log = EventLog(cfg.log_format, quiet=QUIET_EVENTS)
+    identity = load_or_create_identity(cfg.data_dir)
+    core = PeerCore(identity, CoreConfig(
+        roles=cfg.roles,
+        membership=MembershipConfig(heartbeat_interval=cfg.heartbeat_interval, gone_after=cfg.gone_after,
+                                    target_connections=cfg.target_connections)),
+        seed=stable_seed("peer", identity.public_key))
+    blobs = BlobStore(Path(cfg.data_dir) / "blobs")
+    async with open_host(HostConfig(seed=identity.seed, listen_host=cfg.host, port=cfg.port)) as host:
+        async with trio.open_nursery() as nursery:
+            driver = CoreDriver(core, host, nursery, log)
+            host.set_validator(driver.validate)
+            host.on_peer_event(driver.on_peer_event)
+            host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))
+            host.set_request_handler(protocols.BLOB, _blob_handler(driver, blobs))
+            nursery.start_soon(driver.publisher)
+            addrs = host.listen_addrs()
+            driver.feed(Started(tuple(addrs)))
+            nursery.start_soon(driver.timer_loop)
+            stop = trio.Event()
+            await nursery.start(control.serve_control, cfg.data_dir, _control_handler(cfg, driver, host, stop))
+            nursery.start_soon(_keep_joined, cfg, driver, host)
+            nursery.start_soon(_remember_peers, cfg, core)
+            log("started", peer=identity.peer_id, addrs=" ".join(addrs), roles=",".join(cfg.roles))
+            task_status.started(addrs)
+            await stop.wait()
+            nursery.cancel_scope.cancel()
+
+
+def _blob_handler(driver: CoreDriver, blobs: BlobStore):
+    async def serve(peer: str, data: bytes) -> bytes:
+        if driver.core.is_banned(peer):
+            raise RequestError("banned")
+        blob = blobs.get(bytes(data)) if len(data) == 32 else None
+        if blob is None:
+            raise RequestError("not-found")
+        return blob
+    return serve
+
+
+def _control_handler(cfg: NodeConfig, driver: CoreDriver, host, stop: trio.Event):
+    async def handle(cmd: str, args: dict):
+        if cmd == "status":
+            snap = driver.core.snapshot(driver.now())
+            snap["pid"] = os.getpid()
+            snap["data_dir"] = str(cfg.data_dir)
+            snap["host"] = {"connected": sorted(host.connected_peers()), "stats": host.stats.snapshot(),
+                            "driver": dict(driver.counters)}
+            return snap
+        if cmd == "latency":
+            return driver.core.stats.latency_samples()
+        if cmd == "announce-task":
+            try:
+                task = task_from_dict(args.get("task") or {}, driver.core.identity, driver.now())
+            except TaskFileError as exc:
+                raise control.ControlError(str(exc)) from None
+            return _result(await driver.command("announce-task", {"task": task}))
+        if cmd == "probe":
+            return _result(await driver.command("probe", {"size": int(args.get("size", 1024))}))
+        if cmd == "stop":
+            stop.set()
+            return {"stopping": True}
+        raise control.ControlError(f"unknown command {cmd!r} (status, announce-task, probe, stop)")
+    return handle
+
+
+def _result(result):
+    if not result.ok:
+        raise control.ControlError(result.error)
+    return result.result
+
+
+async def _keep_joined(cfg: NodeConfig, driver: CoreDriver, host) -> None:
+    """Dial the join addresses (and peers remembered from the last run) while we have no peers.
+
+    Once connected, peer exchange in the core keeps us connected; this only brings a node back
+    when it lost every link (it started before the bootstrap, or the network healed)."""
+    delay = 0.5
+    while True:
+        if not host.connected_peers():
+            for addr in list(cfg.join) + _remembered_addrs(cfg):
+                try:
+                    await host.connect(addr)
+                    driver.log("joined", addr=addr)
+                    break
+                except Exception as exc:  # DialError, bad multiaddr: keep trying the others
+                    driver.log("join-failed", addr=addr, error=str(exc)[:120])
+            delay = min(delay * 2, 10.0)
+        else:
+            delay = 2.0
+        await trio.sleep(delay)
+
+
+def _remembered_addrs(cfg: NodeConfig) -> list[str]:
+    try:
+        return [str(a) for a in json.loads((Path(cfg.data_dir) / PEERS_FILE).read_text())][:16]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+async def _remember_peers(cfg: NodeConfig, core: PeerCore) -> None:
+    while True:
+        await trio.sleep(5)
+        addrs = [f"{info.addrs[0]}/p2p/{pid}" if not info.addrs[0].endswith(pid) else info.addrs[0]
+                 for pid, info in sorted(core.membership.peers.items()) if info.state == "alive" and info.addrs]
+        if addrs:
+            write_atomic(Path(cfg.data_dir) / PEERS_FILE, json.dumps(addrs[:16]).encode())

@@ -1,0 +1,27 @@
+"""`swarm-node status` for people: the snapshot as a few readable lines."""
+
+from __future__ import annotations
+
+
+def render_status(snap: dict) -> str:
+    lines = [f"peer {snap['peer_id']}  roles {','.join(snap['roles'])}  uptime {snap.get('uptime') or 0:.0f} s"]
+    lines += [f"listening {addr}" for addr in snap.get("listen_addrs", [])]
+    peers = snap.get("peers", [])
+    lines.append(f"peers: {len(snap.get('connected', []))} connected, {len(snap.get('alive', []))} alive, "
+                 f"{len(peers)} known")
+    for p in peers:
+        seen = "never" if p.get("last_seen_ago") is None else f"{p['last_seen_ago']:.1f} s ago"
+        lat = "" if p.get("latency_ms") is None else f"  latency {p['latency_ms']:.1f} ms"
+        link = "connected" if p.get("connected") else "-"
+        lines.append(f"  {p['peer_id']}  {p['state']:<5}  {link:<9}  {','.join(p.get('roles', [])) or '?':<16}"
+                     f"  seen {seen}{lat}")
+    tasks = snap.get("tasks", [])
+    lines.append(f"tasks: {len(tasks)}")
+    for t in tasks:
+        lines.append(f"  {t['task_id']}  {t['name']}  model={t['model']}  env={t['env']}  async_level={t['async_level']}")
+    msgs = snap.get("messages", {})
+    rejected = ", ".join(f"{k} {v}" for k, v in msgs.get("rejected", {}).items()) or "none"
+    lines.append(f"messages: accepted {msgs.get('accepted', 0)}; rejected: {rejected}")
+    if snap.get("banned"):
+        lines.append(f"banned: {', '.join(snap['banned'])}")
+    return "\n".join(lines)
