@@ -46,19 +46,21 @@ def encode_frame(payload: bytes) -> bytes:
     return encode_uvarint(len(payload)) + payload
 
 
-async def _read_exact_or_eof(stream: ReadableStream, n: int) -> bytes:
-    """Read exactly n bytes; fewer only if the stream ends (EOF surfaces as b"" or an exception)."""
+async def _read_exact(stream: ReadableStream, n: int, mid_frame: bool) -> bytes:
+    """Read exactly n bytes. Running out is 'eof' before a frame starts, 'truncated' inside one."""
     chunks: list[bytes] = []
     got = 0
     while got < n:
         try:
             chunk = await stream.read(n - got)
         except Exception as exc:  # libp2p raises StreamEOF/StreamReset/StreamError subclasses
-            if got:
-                raise FrameError("truncated", f"got {got} of {n} bytes ({type(exc).__name__})") from exc
-            raise FrameError("eof", type(exc).__name__) from exc
+            chunk = b""
+            cause: BaseException | None = exc
+        else:
+            cause = None
         if not chunk:
-            raise FrameError("truncated", f"got {got} of {n} bytes")
+            reason = "truncated" if (got or mid_frame) else "eof"
+            raise FrameError(reason, f"got {got} of {n} bytes" + (f" ({type(cause).__name__})" if cause else "")) from cause
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
@@ -67,7 +69,7 @@ async def _read_exact_or_eof(stream: ReadableStream, n: int) -> bytes:
 async def read_uvarint(stream: ReadableStream) -> int:
     value = 0
     for i in range(MAX_VARINT_BYTES):
-        byte = (await _read_exact_or_eof(stream, 1))[0]
+        byte = (await _read_exact(stream, 1, mid_frame=i > 0))[0]
         value |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
             return value
@@ -81,7 +83,7 @@ async def read_frame(stream: ReadableStream, max_bytes: int) -> bytes:
         raise FrameError("too_large", f"frame of {length} bytes exceeds cap {max_bytes}")
     if length == 0:
         return b""
-    return await _read_exact_or_eof(stream, length)
+    return await _read_exact(stream, length, mid_frame=True)
 
 
 async def write_frame(stream: WritableStream, payload: bytes) -> int:

@@ -87,10 +87,22 @@ class Host:
         return [str(p) for p in self._host.get_connected_peers()]
 
     def peer_addrs(self, peer_id: str) -> list[str]:
+        """Known addresses of a peer as dialable multiaddrs ending in /p2p/<peer_id>, deduplicated.
+
+        The peerstore mixes forms (the dialed address without /p2p, identify's signed record with it)."""
         try:
-            return [str(a) for a in self._host.get_peerstore().addrs(ID.from_base58(peer_id))]
+            raw = self._host.get_peerstore().addrs(ID.from_base58(peer_id))
         except Exception:
             return []
+        suffix = f"/p2p/{peer_id}"
+        out: list[str] = []
+        for addr in raw:
+            text = str(addr)
+            if not text.endswith(suffix):
+                text += suffix
+            if text not in out:
+                out.append(text)
+        return out
 
     def on_peer_event(self, fn: PeerEventFn) -> None:
         """fn(peer_id, connected) on the first connection to a peer and after its last one closes."""
@@ -225,6 +237,28 @@ def _single_leaf(group: BaseExceptionGroup) -> BaseException | None:
     return leaves[0] if len(leaves) == 1 else None
 
 
+async def _close_connections(lhost: Any, timeout: float = 2.0) -> None:
+    """Close every connection explicitly, shielded, before the services are stopped.
+
+    py-libp2p bug: Swarm.run closes live connections in a ``finally`` that runs under the
+    cancellation that stops the service, so the first ``await conn.close()`` raises Cancelled and the
+    sockets are never closed; remote peers then keep us as "connected" indefinitely.
+    """
+    network = lhost.get_network()
+    with trio.CancelScope(shield=True), trio.move_on_after(timeout):
+        async with trio.open_nursery() as nursery:
+            for conns in list(network.connections.values()):
+                for conn in list(conns):
+                    nursery.start_soon(_close_quietly, conn)
+
+
+async def _close_quietly(conn: Any) -> None:
+    try:
+        await conn.close()
+    except Exception as exc:
+        logger.debug("closing connection on shutdown: %r", exc)
+
+
 @asynccontextmanager
 async def open_host(config: HostConfig) -> AsyncIterator[Host]:
     """Start a host listening on config.listen_host:config.port; stop everything on exit."""
@@ -235,7 +269,10 @@ async def open_host(config: HostConfig) -> AsyncIterator[Host]:
     try:
         async with background_trio_service(parts.pubsub), background_trio_service(parts.router):
             async with parts.host.run(listen_addrs=[parts.listen_addr]):
-                yield host
+                try:
+                    yield host
+                finally:
+                    await _close_connections(parts.host)
     except BaseExceptionGroup as group:
         # py-libp2p yields inside its own nurseries, so under trio's strict exception groups an error
         # from the caller's body arrives wrapped; hand a lone exception back unwrapped so callers can
