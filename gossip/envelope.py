@@ -8,6 +8,7 @@ envelope, recomputed after decoding, so re-encoding the same signed message cann
 from __future__ import annotations
 
 import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import msgpack
@@ -109,3 +110,37 @@ def decode_body(cls: type[Message], body: bytes) -> Message:
         # Only the canonical encoding is accepted: one message, one byte string, one id.
         raise Rejected(SCHEMA, f"{cls.KIND} body is not in canonical form")
     return message
+
+
+class EnvelopeMemo:
+    """Remembers what `open_envelope` said about exact byte strings, valid or not.
+
+    Decoding and signature checks are pure functions of the bytes, so many peers in one process
+    (the simulator) can share one memo and verify each message once instead of once per peer.
+    Bounded: least recently used entries are dropped.
+    """
+
+    def __init__(self, capacity: int = 65536) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[bytes, SignedMessage | Rejected] = OrderedDict()
+        self.hits = 0
+
+    def open(self, data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
+        if not isinstance(data, (bytes, bytearray)) or len(data) > max_size:
+            return open_envelope(data, max_size)
+        key = hashlib.blake2b(data, digest_size=20).digest()
+        entry = self._entries.get(key)
+        if entry is None:
+            try:
+                entry = open_envelope(data, max_size)
+            except Rejected as rej:
+                entry = rej
+            self._entries[key] = entry
+            if len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        else:
+            self.hits += 1
+            self._entries.move_to_end(key)
+        if isinstance(entry, Rejected):
+            raise Rejected(entry.reason, entry.detail)
+        return entry

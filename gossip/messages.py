@@ -79,6 +79,7 @@ class StatusHeartbeat(Message):
 
     seq: int = f(min=0)
     sent_at: float = f(min=0, max=MAX_TIME)
+    interval: float = f(min=0.1, max=3600)  # when to expect the next one: silence past ~3x means gone
     roles: tuple[str, ...] = f(max=8, item_max=16)
     agent: str = f(max=64)
     listen_addrs: tuple[str, ...] = f(max=8, item_max=256)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gossip import errors, topics
-from gossip.envelope import SignedMessage, open_envelope, seal
+from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity, peer_id_from_public_key
 from gossip.messages import Message, Probe, StatusHeartbeat, TaskAnnouncement
@@ -56,8 +56,11 @@ class CoreConfig:
 
 
 class PeerCore:
-    def __init__(self, identity: Identity, config: CoreConfig | None = None, seed: int = 0) -> None:
+    def __init__(self, identity: Identity, config: CoreConfig | None = None, seed: int = 0,
+                 envelope_memo: EnvelopeMemo | None = None) -> None:
         self.identity = identity
+        # Shared by many cores in one process (the simulator) so each message is verified once.
+        self._open = envelope_memo.open if envelope_memo is not None else open_envelope
         self.config = config or CoreConfig()
         self.peer_id = identity.peer_id
         self.rng = Rng(seed)
@@ -127,9 +130,9 @@ class PeerCore:
         effects: list = []
         for name in self.timers.pop_due(now):
             if name == "heartbeat":
-                effects += self._publish(now, topics.STATUS, self._heartbeat(now))
-                interval = self.config.membership.heartbeat_interval
-                self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.1))
+                interval = self.membership.heartbeat_interval()
+                effects += self._publish(now, topics.STATUS, self._heartbeat(now, interval))
+                self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
             elif name == "sweep":
                 effects += self.membership.sweep(now) + self.tasks.expire(now)
                 effects += self._expire_requests(now)
@@ -139,11 +142,11 @@ class PeerCore:
                 self.timers.set("maintain", now + self.config.maintain_interval)
         return effects
 
-    def _heartbeat(self, now: float) -> StatusHeartbeat:
+    def _heartbeat(self, now: float, interval: float) -> StatusHeartbeat:
         # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.
         self._heartbeat_seq = max(self._heartbeat_seq + 1, int(now * 1000))
         return StatusHeartbeat(
-            seq=self._heartbeat_seq, sent_at=now, roles=self.config.roles, agent=self.config.agent,
+            seq=self._heartbeat_seq, sent_at=now, interval=interval, roles=self.config.roles, agent=self.config.agent,
             listen_addrs=self.listen_addrs[:8], tasks=self.tasks.ids()[:32],
             versions={k: v for k, v in sorted(self.versions.items())[:32]},
             known_peers=self.membership.exchange_sample(self.rng))
@@ -172,7 +175,7 @@ class PeerCore:
             allowed = topics.allowed_kinds(inp.topic)
             if not allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"unknown topic {inp.topic[:80]!r}")
-            signed = open_envelope(inp.data)
+            signed = self._open(inp.data)
             signer = self._signer_id(signed.signer)
             if signer == self.peer_id:
                 return [MessageVerdict(True)]  # our own message echoed back: nothing to learn

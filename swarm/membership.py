@@ -2,7 +2,12 @@
 
 Liveness comes from signed application heartbeats, not from connections: a stopped (SIGSTOP) peer
 keeps its TCP connection and stays in the gossipsub mesh (DESIGN.md), so only silence tells. A peer
-silent for `gone_after` seconds is marked gone and its connection closed; a heartbeat brings it back.
+silent for `gone_factor` times its declared interval (at least `gone_after`) is marked gone and its
+connection closed; a heartbeat brings it back.
+
+Heartbeats go to every peer, so their total rate must not grow with the swarm: each peer stretches
+its interval to keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers,
+100 s at 1,000 with the defaults), and says in each heartbeat when to expect the next.
 
 Peer exchange: heartbeats carry our listen addresses and a sample of peers we know, so every peer
 learns dialable addresses beyond the bootstrap peer and keeps `target_connections` links open. The
@@ -32,6 +37,7 @@ class PeerInfo:
     versions: dict[str, int] = field(default_factory=dict)
     last_seq: int = -1
     last_seen: float | None = None
+    interval: float = 0.0  # the peer's declared heartbeat interval
     latency: float | None = None
     connected: bool = False
     dial_failures: int = 0
@@ -49,8 +55,10 @@ class PeerInfo:
 
 @dataclass(frozen=True)
 class MembershipConfig:
-    heartbeat_interval: float = 2.0
-    gone_after: float = 10.0  # silence after which a peer is considered gone
+    heartbeat_interval: float = 2.0  # the shortest interval; stretched in large swarms
+    status_budget: float = 10.0  # heartbeats/s the whole swarm should send, at most (roughly)
+    gone_after: float = 10.0  # the least silence after which a peer is considered gone
+    gone_factor: float = 3.0  # ... or this many of its declared intervals, if longer
     forget_after: float = 3600.0  # gone peers are dropped from the table after this
     max_peers: int = 1024
     target_connections: int = 8
@@ -110,6 +118,7 @@ class Membership:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
+        info.interval = beat.interval
         info.roles, info.agent, info.tasks = beat.roles, beat.agent, beat.tasks
         info.versions = dict(beat.versions)
         if beat.listen_addrs:
@@ -142,7 +151,7 @@ class Membership:
         effects: list = []
         for peer in sorted(self.peers):
             info = self.peers[peer]
-            if info.state == ALIVE and info.last_seen is not None and now - info.last_seen > self.config.gone_after:
+            if info.state == ALIVE and info.last_seen is not None and now - info.last_seen > self.gone_threshold(info):
                 info.state = GONE
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
@@ -150,6 +159,14 @@ class Membership:
             elif info.state == GONE and not info.connected and now - (info.last_seen or 0.0) > self.config.forget_after:
                 del self.peers[peer]
         return effects
+
+    def gone_threshold(self, info: PeerInfo) -> float:
+        return max(self.config.gone_after, self.config.gone_factor * info.interval + 1.0)
+
+    def heartbeat_interval(self) -> float:
+        """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget."""
+        alive = sum(1 for p in self.peers.values() if p.state == ALIVE)
+        return max(self.config.heartbeat_interval, (alive + 1) / self.config.status_budget)
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
         """Dial known peers until `target_connections` links are open."""

@@ -24,7 +24,7 @@ def all_messages() -> list:
     h = bytes(32)
     return [
         task(),
-        StatusHeartbeat(seq=1, sent_at=T0, roles=("worker",), agent="swarm/test", listen_addrs=("/ip4/127.0.0.1/tcp/1",),
+        StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=("worker",), agent="swarm/test", listen_addrs=("/ip4/127.0.0.1/tcp/1",),
                         tasks=(tid,), versions={tid: 3}, known_peers=(PeerAddrs(BOB.peer_id, ("/ip4/127.0.0.1/tcp/2",)),)),
         RolloutCommitment(task_id=tid, policy_version=3, created_at=T0, blob_hash=h, blob_size=100,
                           prompt_indices=(1, 2, 3), samples_per_prompt=16, num_tokens=480, mean_reward=0.5),

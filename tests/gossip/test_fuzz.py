@@ -65,7 +65,7 @@ def test_probe_round_trip(seq, sent_at, payload):
 @given(st.integers(0, 2**40), st.lists(st.text(max_size=16), max_size=8), st.text(max_size=64),
        st.dictionaries(st.text(min_size=16, max_size=16, alphabet="0123456789abcdef"), st.integers(0, 2**40), max_size=8))
 def test_heartbeat_round_trip(seq, roles, agent, versions):
-    beat = StatusHeartbeat(seq=seq, sent_at=T0, roles=tuple(roles), agent=agent, listen_addrs=(),
+    beat = StatusHeartbeat(seq=seq, sent_at=T0, interval=2.0, roles=tuple(roles), agent=agent, listen_addrs=(),
                            tasks=tuple(sorted(versions)), versions=versions, known_peers=())
     assert open_envelope(seal(ALICE, beat).wire).message == beat
 

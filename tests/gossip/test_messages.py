@@ -123,7 +123,7 @@ def test_messages_are_frozen_and_validate_on_construction():
     with pytest.raises(Exception):
         t.name = "other"  # type: ignore[misc]
     with pytest.raises(ValueError):
-        StatusHeartbeat(seq=-1, sent_at=T0, roles=(), agent="", listen_addrs=(), tasks=(), versions={}, known_peers=())
+        StatusHeartbeat(seq=-1, sent_at=T0, interval=1.0, roles=(), agent="", listen_addrs=(), tasks=(), versions={}, known_peers=())
     with pytest.raises(ValueError):
         WeightManifest(task_id=t.task_id, version=1, parent_version=-1, parent_root=b"", encoding="delta",
                        dtype="bf16", root=bytes(32), shard_size=1, raw_size=0, compressed_size=0,
@@ -148,7 +148,7 @@ def test_size_limits():
     with pytest.raises(Rejected):
         TaskAnnouncement.from_wire({**big.to_wire(), "params": {f"k{i}": "x" for i in range(65)}})
     from gossip.messages import PeerAddrs
-    fat = StatusHeartbeat(seq=1, sent_at=T0, roles=(), agent="", listen_addrs=("a" * 256,) * 8, tasks=(),
+    fat = StatusHeartbeat(seq=1, sent_at=T0, interval=1.0, roles=(), agent="", listen_addrs=("a" * 256,) * 8, tasks=(),
                           versions={}, known_peers=tuple(PeerAddrs("p" * 64, ("a" * 256,) * 4) for _ in range(16)))
     with pytest.raises(ValueError, match="at most"):
         seal(ALICE, fat)

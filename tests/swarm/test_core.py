@@ -125,7 +125,7 @@ def test_expired_and_future_tasks_refused():
 def test_replayed_heartbeat_and_message_rejected():
     net, ids = star(2)
     bob = net.cores[ids[1]]
-    beat = StatusHeartbeat(seq=int(T0 * 1000) + 5, sent_at=T0, roles=("worker",), agent="x", listen_addrs=(),
+    beat = StatusHeartbeat(seq=int(T0 * 1000) + 5, sent_at=T0, interval=2.0, roles=("worker",), agent="x", listen_addrs=(),
                            tasks=(), versions={}, known_peers=())
     wire = seal(bob.identity, beat).wire
     assert net.inject(ids[0], topics.STATUS, wire, ids[1])[0].accepted
@@ -228,3 +228,30 @@ def test_same_seed_same_effects():
         net.run_for(20)
         return [(p, repr(e)) for p, e in net.events], [net.cores[p].snapshot(net.now)["connected"] for p in ids]
     assert run() == run()
+
+
+def test_heartbeat_interval_stretches_with_swarm_size_and_liveness_follows():
+    net, ids = star(8, status_budget=2.0, gone_after=3.0)
+    net.run_for(30)
+    core = net.cores[ids[0]]
+    assert core.membership.heartbeat_interval() == pytest.approx(8 / 2.0)
+    # Peers declare their stretched interval, so nobody is marked gone though 4 s > gone_after.
+    assert set(core.snapshot(net.now)["alive"]) == set(ids[1:])
+    assert not net.events_named("peer-gone")
+
+
+def test_shared_envelope_memo_gives_same_results():
+    from gossip.envelope import EnvelopeMemo
+    memo = EnvelopeMemo()
+    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(), seed=i, envelope_memo=memo) for i in range(4)]
+    net = MemoryNet(cores, T0)
+    ids = [c.peer_id for c in cores]
+    net.start()
+    for p in ids[1:]:
+        net.connect(ids[0], p)
+    net.run_for(10)
+    assert memo.hits > 0
+    for p in ids:
+        assert set(net.cores[p].snapshot(net.now)["alive"]) == set(ids) - {p}
+    assert net.inject(ids[0], topics.STATUS, b"\xc1", ids[1])[0] == MessageVerdict(False, "malformed")
+    assert net.inject(ids[0], topics.STATUS, b"\xc1", ids[1])[0] == MessageVerdict(False, "malformed")
