@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from trainer.weights import ShardHashError, pack_version, unpack_version, verify_shard
@@ -35,8 +35,25 @@ def state_dicts(draw):
     names = draw(st.lists(st.text(min_size=1, max_size=12), min_size=n, max_size=n, unique=True))
     layout = {name: (draw(st.sampled_from(SOURCE_DTYPES)), draw(shapes)) for name in names}
     a = {k: tensor_from(draw(st.binary(min_size=1, max_size=64)), d, s) for k, (d, s) in layout.items()}
-    b = {k: tensor_from(draw(st.binary(min_size=1, max_size=64)), d, s) for k, (d, s) in layout.items()}
+    if draw(st.booleans()):  # an unrelated child: full encoding usually wins
+        b = {k: tensor_from(draw(st.binary(min_size=1, max_size=64)), d, s) for k, (d, s) in layout.items()}
+    else:  # a child differing in a few bytes: the delta path
+        b = {k: perturb(v, draw(st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(1, 255)),
+                                         max_size=4))) for k, v in a.items()}
     return a, b
+
+
+def perturb(t: torch.Tensor, edits: list[tuple[int, int]]) -> torch.Tensor:
+    """`t` with some raw bytes XORed (bool tensors keep valid 0/1 bytes)."""
+    raw = bytearray(t.reshape(-1).view(torch.uint8).numpy().tobytes()) if t.numel() else bytearray()
+    for pos, x in edits:
+        if raw:
+            raw[pos % len(raw)] ^= 1 if t.dtype == torch.bool else x
+    return tensor_from(bytes(raw), dtype_of(t), list(t.shape)) if raw else t.clone()
+
+
+def dtype_of(t: torch.Tensor) -> str:
+    return next(k for k, v in DTYPES.items() if v == t.dtype)
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -45,14 +62,15 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     ) == bytes(b.reshape(-1).view(torch.uint8).numpy())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pair=state_dicts(),
     dtype=st.sampled_from(["bf16", "fp16", "fp32"]),
     shuffle=st.booleans(),
+    delta_op=st.sampled_from(["sub", "xor"]),
     shard_size=st.sampled_from([256, 1000, 1 << 20]),
 )
-def test_round_trip_any_state_dict(pair, dtype, shuffle, shard_size):
+def test_round_trip_any_state_dict(pair, dtype, shuffle, delta_op, shard_size):
     parent, child = pair
     p0 = pack_version(parent, None, shard_size=shard_size, dtype=dtype, shuffle=shuffle)
     r0 = unpack_version(p0.manifest_fields(), list(p0.shards))
@@ -62,7 +80,8 @@ def test_round_trip_any_state_dict(pair, dtype, shuffle, shard_size):
         assert same_bits(r0[k], want)
 
     p1 = pack_version(child, r0, shard_size=shard_size, dtype=dtype, shuffle=shuffle,
-                      parent_root=p0.root)
+                      parent_root=p0.root, delta_op=delta_op)
+    event(f"child packed {p1.encoding}")
     r1 = unpack_version(p1.manifest_fields(), list(p1.shards), r0 if p1.encoding == "delta" else None)
     for k, v in child.items():
         want = v.to(DTYPES[dtype]) if v.is_floating_point() else v

@@ -30,8 +30,9 @@ def expected(sd: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]
     return {k: v.to(DTYPES[dtype]) if v.is_floating_point() else v for k, v in sd.items()}
 
 
+@pytest.mark.parametrize("delta_op", ["sub", "xor"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-def test_full_and_delta_round_trip_bit_exact(dtype):
+def test_full_and_delta_round_trip_bit_exact(dtype, delta_op):
     v0 = model(0)
     p0 = pack_version(v0, None, shard_size=4096, dtype=dtype)
     assert p0.encoding == "full" and p0.parent_root is None and p0.depth == 0
@@ -40,8 +41,9 @@ def test_full_and_delta_round_trip_bit_exact(dtype):
     assert all(bits_equal(r0[k], expected(v0, dtype)[k]) for k in v0)
 
     v1 = step(v0)
-    p1 = pack_version(v1, r0, shard_size=4096, dtype=dtype, parent_root=p0.root)
+    p1 = pack_version(v1, r0, shard_size=4096, dtype=dtype, parent_root=p0.root, delta_op=delta_op)
     assert p1.encoding == "delta" and p1.parent_root == p0.root and p1.depth == 1
+    assert p1.delta_op == delta_op and p0.delta_op is None
     r1 = unpack_version(p1.manifest_fields(), list(p1.shards), r0)
     assert all(bits_equal(r1[k], expected(v1, dtype)[k]) for k in v1)
 
@@ -49,10 +51,10 @@ def test_full_and_delta_round_trip_bit_exact(dtype):
 def test_special_values_survive_exactly():
     v0 = {"x": torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-40])}
     v1 = {"x": torch.tensor([-0.0, 0.0, float("inf"), float("nan"), 1e-40, -float("inf")])}
-    for dtype in ("bf16", "fp16", "fp32"):
+    for dtype, op in [(d, o) for d in ("bf16", "fp16", "fp32") for o in ("sub", "xor")]:
         p0 = pack_version(v0, None, dtype=dtype)
         r0 = unpack_version(p0.manifest_fields(), list(p0.shards))
-        p1 = pack_version(v1, v0, dtype=dtype, parent_root=p0.root, full_every=None)
+        p1 = pack_version(v1, v0, dtype=dtype, parent_root=p0.root, delta_op=op)
         r1 = unpack_version(p1.manifest_fields(), list(p1.shards), r0)
         assert bits_equal(r1["x"], v1["x"].to(DTYPES[dtype]))
 
@@ -64,6 +66,14 @@ def test_parent_may_be_fp32_source_or_unpacked_version():
     a = pack_version(v1, v0, parent_root=p0.root)
     b = pack_version(v1, r0, parent_root=p0.root)
     assert a.root == b.root and a.encoding == "delta"
+
+
+def test_sub_delta_smaller_than_xor_on_small_steps():
+    v0 = {"w": torch.randn(256, 256) * 0.02}
+    p0 = pack_version(v0, None)
+    sub = pack_version(step(v0), v0, parent_root=p0.root, delta_op="sub")
+    xor = pack_version(step(v0), v0, parent_root=p0.root, delta_op="xor")
+    assert sub.encoding == xor.encoding == "delta" and sub.compressed_size < xor.compressed_size
 
 
 def test_delta_chosen_when_smaller_full_when_not():

@@ -77,6 +77,8 @@ def test_wrong_root_and_tampered_fields(packed):
     [
         {"format": "swarm-weights/9"},
         {"encoding": "delta"},
+        {"delta_op": "xor"},
+        {"delta_op": "add"},
         {"dtype": "int4"},
         {"shard_size": 10},
         {"raw_size": 1 << 40},
@@ -162,6 +164,15 @@ def test_tensor_hash_checked_even_when_payload_decodes(packed):
     with pytest.raises(TensorHashError) as err:
         unpack_version(fields, shards)
     assert err.value.name == tensors[-1]["name"]
+
+
+def test_delta_op_is_bound_into_the_root():
+    v0 = model(0)
+    p0 = pack_version(v0, None)
+    p1 = pack_version(model(1), v0, parent_root=p0.root, delta_op="sub")
+    if p1.encoding == "delta":
+        with pytest.raises(RootMismatchError):
+            unpack_version(dict(p1.manifest_fields(), delta_op="xor"), list(p1.shards), v0)
 
 
 def test_verify_shard(packed):

@@ -35,6 +35,7 @@ from .tensors import CARRY_DTYPES, ITEMSIZE
 FORMAT = "swarm-weights/1"
 ROOT_TAG = b"swarm-weights/1 root\x00"
 HASH_SIZE = 32
+DELTA_OPS = ("sub", "xor")
 
 # Bounds a receiver enforces before allocating anything on a manifest's word.
 MIN_SHARD_SIZE = 256
@@ -80,6 +81,7 @@ class Manifest:
     """Verified manifest fields. Build with `from_fields` (checks everything, root included)."""
 
     encoding: str  # "full" | "delta"
+    delta_op: str | None  # how a delta is applied: "sub" (zigzag difference) | "xor"; None if full
     parent_root: bytes | None  # root of the version a delta applies to; None for full
     depth: int  # deltas since the last full version: 0 for full, parent's depth + 1 for delta
     dtype: str  # dtype floating weights are carried in: "bf16" | "fp16" | "fp32"
@@ -96,6 +98,7 @@ class Manifest:
         return {
             "format": FORMAT,
             "encoding": self.encoding,
+            "delta_op": self.delta_op,
             "parent_root": self.parent_root,
             "depth": self.depth,
             "dtype": self.dtype,
@@ -139,7 +142,7 @@ def _hexed(value: Any) -> Any:
 
 
 _KEYS = {
-    "format", "encoding", "parent_root", "depth", "dtype", "shuffle", "shard_size", "raw_size",
+    "format", "encoding", "delta_op", "parent_root", "depth", "dtype", "shuffle", "shard_size", "raw_size",
     "compressed_size", "tensors", "shard_hashes", "root",
 }
 
@@ -160,6 +163,9 @@ def parse_manifest(fields: Any) -> Manifest:
         raise ManifestError("a full version has no parent_root and depth 0")
     if encoding == "delta" and (not _is_hash(parent_root) or depth < 1):
         raise ManifestError("a delta version needs a 32-byte parent_root and depth >= 1")
+    delta_op = fields["delta_op"]
+    if (encoding == "full") != (delta_op is None) or delta_op not in (None, *DELTA_OPS):
+        raise ManifestError(f"delta_op must be one of {DELTA_OPS} for a delta, None for full")
     if fields["dtype"] not in CARRY_DTYPES:
         raise ManifestError(f"bad dtype {fields['dtype']!r}")
     if not isinstance(fields["shuffle"], bool):
@@ -184,6 +190,7 @@ def parse_manifest(fields: Any) -> Manifest:
         raise RootMismatchError(f"root {bytes(fields['root']).hex()} != recomputed {root.hex()}")
     return Manifest(
         encoding=encoding,
+        delta_op=delta_op,
         parent_root=None if parent_root is None else bytes(parent_root),
         depth=depth,
         dtype=fields["dtype"],

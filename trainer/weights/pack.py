@@ -1,10 +1,11 @@
-"""Packing a policy version: full or XOR delta (whichever compresses smaller), zstd, shards, root.
+"""Packing a policy version: full or exact delta (whichever compresses smaller), zstd, shards, root.
 
 A trainer publishes a new version every step or few; peers already hold the parent, so sending
-only what changed saves most of the bandwidth (see tensors.py for why XOR deltas are exact and
-compress well). Which encoding wins is decided by compressing both and comparing sizes, not by a
-heuristic: early in training or after a large step a full version can be smaller, and guessing
-wrong costs either bandwidth or a needless dependency on the parent.
+only what changed saves most of the bandwidth (see tensors.py for why bit-pattern deltas, zigzag
+difference or XOR, are exact and compress well). Which encoding wins is decided by compressing
+both and comparing sizes, not by a heuristic: early in training or after a large step a full
+version can be smaller, and guessing wrong costs either bandwidth or a needless dependency on the
+parent.
 
 `full_every` bounds the chain: a newcomer must fetch the last full version plus every delta after
 it, so after `full_every - 1` deltas the next version is forced full.
@@ -15,11 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from . import payload
 from .manifest import (
     FORMAT,
+    DELTA_OPS,
     MAX_SHARD_SIZE,
     MIN_SHARD_SIZE,
     Manifest,
@@ -27,7 +30,7 @@ from .manifest import (
     blake2b256,
     compute_root,
 )
-from .tensors import ITEMSIZE, carried, dtype_name, to_bytes, xor
+from .tensors import ITEMSIZE, carried, dtype_name, sub_delta, to_bytes, xor
 
 DEFAULT_SHARD_SIZE = 2 * 1024 * 1024
 
@@ -50,6 +53,7 @@ def pack_version(
     parent_depth: int = 0,
     full_every: int | None = None,
     shuffle: bool = True,
+    delta_op: str = "sub",
 ) -> PackedVersion:
     """Pack `state_dict` (floats carried in `dtype`) as full, or as a delta on the parent.
 
@@ -60,7 +64,11 @@ def pack_version(
     full_every: if set, a delta is allowed only while parent_depth + 1 < full_every.
     A delta is also only possible when the parent has exactly the same tensor names, dtypes and
     shapes; otherwise the version is packed full.
+    delta_op: "sub" (zigzag difference of bit patterns, the default: smallest, see tensors.py) or
+        "xor"; both are exact.
     """
+    if delta_op not in DELTA_OPS:
+        raise ValueError(f"delta_op must be one of {DELTA_OPS}")
     if not MIN_SHARD_SIZE <= shard_size <= MAX_SHARD_SIZE:
         raise ValueError(f"shard_size must be in [{MIN_SHARD_SIZE}, {MAX_SHARD_SIZE}]")
     if full_every is not None and full_every < 1:
@@ -83,7 +91,8 @@ def pack_version(
     if _delta_allowed(parent_state_dict, parent_depth, full_every):
         parent = _carry(parent_state_dict, dtype)
         if _same_layout(tensors, parent):
-            delta = {name: xor(raw[name], to_bytes(parent[name])) for name in raw}
+            delta = {name: _delta(delta_op, raw[name], to_bytes(parent[name]), itemsizes[name])
+                     for name in raw}
             delta_blob = payload.encode(delta, itemsizes, shuffle)
             frame = payload.compress(delta_blob, zstd_level)
             if len(frame) < len(best[2]):
@@ -94,6 +103,7 @@ def pack_version(
     fields = {
         "format": FORMAT,
         "encoding": encoding,
+        "delta_op": delta_op if encoding == "delta" else None,
         "parent_root": bytes(parent_root) if encoding == "delta" else None,
         "depth": parent_depth + 1 if encoding == "delta" else 0,
         "dtype": dtype,
@@ -106,6 +116,7 @@ def pack_version(
     }
     return PackedVersion(
         encoding=encoding,
+        delta_op=fields["delta_op"],
         parent_root=fields["parent_root"],
         depth=fields["depth"],
         dtype=dtype,
@@ -135,3 +146,7 @@ def _same_layout(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
     return a.keys() == b.keys() and all(
         a[n].dtype == b[n].dtype and a[n].shape == b[n].shape for n in a
     )
+
+
+def _delta(op: str, new: np.ndarray, old: np.ndarray, itemsize: int) -> np.ndarray:
+    return sub_delta(new, old, itemsize) if op == "sub" else xor(new, old)

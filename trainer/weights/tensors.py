@@ -1,17 +1,21 @@
-"""Tensors as raw little-endian bytes: casting to the carried dtype, XOR deltas, byte shuffle.
+"""Tensors as raw little-endian bytes: casting to the carried dtype, exact deltas, byte shuffle.
 
 Why everything goes through raw bytes: a policy version must reconstruct *bit-exactly* on every
 peer, because TOPLOC proofs and logprob checks compare activations computed from those weights.
-Arithmetic deltas (new - old) in bf16 are lossy; XOR of the bit patterns is exact by construction
-(`old ^ (old ^ new) == new`) and needs no float semantics at all, so NaNs, -0.0 and denormals
-survive untouched.
-
-Why XOR also compresses well: a small optimizer step (lr ~3e-5) rarely moves a weight across a
-power of two, so the sign and exponent bits, which sit in the high byte of each bf16/fp16 word, are
-unchanged and XOR to zero; in bf16 many weights do not change at all (the step is under half an
-ulp), so whole words are zero. Byte shuffle (the HDF5/Blosc filter) then groups byte 0 of every
-word, then byte 1, ...: the mostly-zero high bytes become long zero runs that zstd collapses, instead
-of alternating zero/non-zero bytes that defeat its match finder. `bench/weights_pack.py` measures it.
+Arithmetic deltas in bf16 (new - old as floats) are lossy. Deltas of the *bit patterns* are exact
+by construction and need no float semantics, so NaNs, -0.0 and denormals survive untouched:
+  - XOR: `old ^ (old ^ new) == new`. A small optimizer step (lr ~3e-5) rarely moves a weight
+    across a power of two, so sign and exponent bits, in the high byte of each bf16/fp16 word, XOR
+    to zero; in bf16 many weights do not change at all (the step is under half an ulp), so whole
+    words are zero. Only low mantissa bits differ.
+  - zigzag difference ("sub", the default): the wrapping integer difference of the bit patterns,
+    zigzag-coded. Same zero high bytes, but a 1-ulp move is the word 1 or 2 instead of XOR's run of
+    flipped bits, so it compresses smaller: on a real GRPO batch of the built-in model 0.23 vs 0.26
+    of the raw bf16 size, on a synthetic 50 MB model 0.18 vs 0.21 (bench/weights_pack.py).
+Byte shuffle (the HDF5/Blosc filter) then groups byte 0 of every word, then byte 1, ...: the
+mostly-zero high bytes become long zero runs that zstd collapses, instead of alternating
+zero/non-zero bytes that defeat its match finder. Measured on the 50 MB model: deltas 0.18 -> 0.22
+without it, full versions 0.71 -> 0.78, so it stays on.
 """
 
 from __future__ import annotations
@@ -88,6 +92,36 @@ def shuffle(raw: np.ndarray, itemsize: int) -> np.ndarray:
 def unshuffle(planes: np.ndarray, itemsize: int) -> np.ndarray:
     """Inverse of `shuffle`: (k planes x n bytes) -> flat raw bytes."""
     return np.ascontiguousarray(planes.reshape(itemsize, -1).T).reshape(-1)
+
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def sub_delta(new: np.ndarray, old: np.ndarray, itemsize: int) -> np.ndarray:
+    """Zigzag-coded wrapping difference of the words' bit patterns: exact, and smaller than XOR.
+
+    A move of k ulps (same sign and exponent) is a difference of k in the integer bit pattern; zigzag
+    maps 0, -1, +1, -2, ... to 0, 1, 2, 3, ... so small moves in either direction become small
+    unsigned words. XOR instead turns a 1-ulp move into a run of flipped low bits (1, 3, 7, ...
+    depending on carries) and loses the direction, which costs about 0.35 bits per weight more
+    (measured in bench/weights_pack.py). Unsigned arithmetic wraps, so it inverts exactly.
+    """
+    if new.shape != old.shape:
+        raise ValueError("delta of arrays with different lengths")
+    u = _UINT[itemsize]
+    d = new.view(u) - old.view(u)
+    sign = d >> u(8 * itemsize - 1)
+    return ((d << u(1)) ^ (u(0) - sign)).view(np.uint8)
+
+
+def add_delta(zz: np.ndarray, old: np.ndarray, itemsize: int) -> np.ndarray:
+    """Inverse of `sub_delta`: the new words from the zigzag difference and the old words."""
+    if zz.shape != old.shape:
+        raise ValueError("delta of arrays with different lengths")
+    u = _UINT[itemsize]
+    z = zz.view(u)
+    d = (z >> u(1)) ^ (u(0) - (z & u(1)))
+    return (old.view(u) + d).view(np.uint8)
 
 
 def xor(a: np.ndarray, b: np.ndarray) -> np.ndarray:

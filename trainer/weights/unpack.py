@@ -3,8 +3,8 @@
 Order: manifest fields and root (cheap, no allocation beyond the fields), then every shard hash
 (so a bad shard is blamed on its index and can be re-fetched from another peer), then bounded
 decompression, safetensors parse, delta application, and finally the hash of every reconstructed
-tensor. The last check is what makes a delta safe: applied to the wrong parent, XOR still yields
-*some* bytes, and only the final hashes (bound into the root) catch it.
+tensor. The last check is what makes a delta safe: applied to the wrong parent, XOR
+(or adding) still yields *some* bytes, and only the final hashes (bound into the root) catch it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from . import payload
 from .errors import ParentMismatchError, ShardCountError, ShardHashError, TensorHashError
 from .manifest import Manifest, blake2b256, parse_manifest
-from .tensors import carried, dtype_name, from_bytes, to_bytes, xor
+from .tensors import ITEMSIZE, add_delta, carried, dtype_name, from_bytes, to_bytes, xor
 
 
 def verify_shard(manifest_fields: dict[str, Any] | Manifest, index: int, data: bytes) -> bool:
@@ -60,7 +60,11 @@ def unpack_version(
     del blob
     if m.encoding == "delta":
         parent = _parent_bytes(m, parent_state_dict)
-        arrays = {name: xor(arr, parent[name]) for name, arr in arrays.items()}
+        size = {t.name: ITEMSIZE[t.dtype] for t in m.tensors}
+        if m.delta_op == "sub":
+            arrays = {n: add_delta(arr, parent[n], size[n]) for n, arr in arrays.items()}
+        else:
+            arrays = {n: xor(arr, parent[n]) for n, arr in arrays.items()}
 
     out = {}
     for t in m.tensors:
