@@ -103,9 +103,7 @@ def builtin_versions(warmup_steps: int) -> tuple[dict, list[dict], dict]:
         from trainer.rollout import generate_rollouts
         from trainer.warmup import WarmupConfig, warmup
     except ImportError as exc:
-        from tests.trainer_weights.helpers import model as tiny  # pragma: no cover
-
-        sd = tiny(0)
+        sd = synthetic_model(n_layers=4, d=256, vocab=64)  # the built-in model's shapes, roughly
         return sd, [adam_like_step(sd, 3e-5, 1)], {"update": f"adam-like (no GRPO: {exc})"}
     model, tok = create_builtin_model(0)
     env = get_env("digit-sort")
