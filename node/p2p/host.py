@@ -49,6 +49,7 @@ class Host:
         self._validator: ValidatorFn | None = None
         self._bucket = TokenBucket(config.publish_rate, config.publish_burst)
         self._inbound_limiter = trio.CapacityLimiter(config.max_inbound_requests)
+        self._slow_peers: set[ID] = set()  # full send queue outlasted send_queue_wait; see publish()
         self._events = PeerEvents(self.peer_id, stats)
         parts.host.get_network().register_notifee(self._events)
 
@@ -169,11 +170,19 @@ class Host:
 
     async def _wait_for_send_queues(self) -> None:
         # py-libp2p's per-peer RpcQueue (32 slots) drops on full; waiting here turns that into
-        # backpressure. A peer that stays stuck past send_queue_wait is not allowed to stall us.
+        # backpressure. A peer still full after send_queue_wait is marked slow and not waited for
+        # again until its queue drains below half the mark, so a trickle-reading peer costs one wait,
+        # not one per message (it gets libp2p's drops instead, counted in stats).
         high = self.config.send_queue_high_water
         deadline = trio.current_time() + self.config.send_queue_wait
-        while any(len(q) >= high for q in list(self._pubsub.peer_queues.values())):
+        while True:
+            queues = dict(self._pubsub.peer_queues)
+            self._slow_peers = {p for p in self._slow_peers if p in queues and len(queues[p]) >= high // 2}
+            full = [p for p, q in queues.items() if len(q) >= high and p not in self._slow_peers]
+            if not full:
+                return
             if trio.current_time() >= deadline:
+                self._slow_peers.update(full)
                 self.stats.dropped["send_queue_stalled"] += 1
                 return
             await trio.sleep(_QUEUE_POLL_S)

@@ -100,3 +100,32 @@ async def test_rate_limit_applies_backpressure_without_drops():
             await wait_until(lambda: len(got) == n, timeout=10, what=f"all {n} messages")
             assert sorted(int.from_bytes(d[:4], "big") for d in got) == list(range(n))
             assert not a.stats.dropped and a.stats.publish_wait_seconds >= 0.4
+
+
+async def test_stuck_peer_backpressure_is_bounded_and_counted():
+    # A peer that accepts our pubsub stream but never reads: yamux's window fills, then py-libp2p's
+    # 32-slot send queue. publish() waits at the high-water mark (backpressure), but only for
+    # send_queue_wait and then not again for that peer, so one stuck peer cannot stall the node;
+    # every drop is counted.
+    with trio.fail_after(30):
+        async with open_hosts(1, "pub", send_queue_wait=0.3, publish_rate=1000.0, publish_burst=100) as (a,), \
+                open_hosts(1, "stuck") as (stuck,):
+
+            async def never_read(stream) -> None:
+                await trio.sleep_forever()
+
+            stuck._host.set_stream_handler("/meshsub/1.1.0", never_read)
+            await a.subscribe(TOPIC)
+            await stuck.subscribe(TOPIC)
+            await link(a, stuck)
+            await wait_until(lambda: stuck.peer_id in a.mesh_peers(TOPIC), what="stuck peer in mesh")
+            start = trio.current_time()
+            n = 45  # 500 KB each: ~8 fill the 4 MB yamux window py-libp2p grants, 24 more fill the queue
+            for i in range(n):
+                await a.publish(TOPIC, bytes([i]) * 500_000)
+            elapsed = trio.current_time() - start
+            assert a.stats.published == n
+            # waited once for the stuck peer, then stopped waiting for it (its messages are dropped)
+            assert a.stats.dropped["send_queue_stalled"] == 1, dict(a.stats.dropped)
+            assert a.stats.dropped["libp2p_queue_full"] >= 1, dict(a.stats.dropped)
+            assert 0.3 <= elapsed < 3.0, elapsed
