@@ -103,3 +103,11 @@ async def test_plaintext_dialer_is_refused_noise_dialer_is_not():
             assert "unable to connect" in repr(info.value), repr(info.value)
             plain_id = str(ID.from_pubkey(create_new_key_pair(seed("dialer-plaintext")).public_key))
             assert plain_id not in a.connected_peers()
+
+
+async def test_errors_from_the_body_come_out_unwrapped():
+    # py-libp2p yields inside its nurseries; open_host hands a lone exception back as itself.
+    with trio.fail_after(10):
+        with pytest.raises(DialError, match="bad multiaddr"):
+            async with open_host(HostConfig(seed=seed("unwrap"))) as h:
+                await h.connect("not a multiaddr")
