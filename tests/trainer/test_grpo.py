@@ -1,0 +1,106 @@
+import math
+
+import pytest
+import torch
+
+from trainer.grpo import (GRPOConfig, clip_grad, clipped_token_loss, group_advantages, grpo_step,
+                          kl_k3, make_batch, make_optimizer, token_logprobs)
+
+CLIP = dict(eps_low=0.2, eps_high=0.28, delta=4.0)
+
+
+def test_group_advantages_by_hand():
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    assert torch.allclose(group_advantages(r, 2, std_normalize=False), torch.tensor([.5, -.5, -.5, .5]))
+    assert torch.allclose(group_advantages(r, 2), torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-5)
+    one_right = group_advantages(torch.tensor([1.0, 0.0, 0.0, 0.0]), 4)
+    std = math.sqrt((0.75**2 + 3 * 0.25**2) / 4)  # population std = 0.4330
+    assert torch.allclose(one_right, torch.tensor([0.75, -0.25, -0.25, -0.25]) / std, atol=1e-5)
+    assert torch.equal(group_advantages(torch.ones(8), 4), torch.zeros(8))  # no signal, no NaN
+
+
+def _loss(ratios, adv, mask=None):
+    logp = torch.log(torch.tensor([ratios], dtype=torch.float64)).requires_grad_()
+    mask = torch.ones_like(logp) if mask is None else torch.tensor([mask], dtype=torch.float64)
+    loss, stats = clipped_token_loss(logp, torch.zeros_like(logp), torch.tensor([adv]), mask, **CLIP)
+    loss.backward()
+    return loss.item(), logp.grad[0].tolist(), stats
+
+
+def test_loss_and_clipping_positive_advantage():
+    # objectives min(min(r, 4) A, clip(r, 0.8, 1.28) A) for r = 1, 1.5, 0.5, 5 and A = +1:
+    # 1, 1.28, 0.5, 1.28 -> mean 1.015; only unclipped tokens carry gradient r * A / 4
+    loss, grad, stats = _loss([1.0, 1.5, 0.5, 5.0], 1.0)
+    assert loss == pytest.approx(-1.015)
+    assert grad == pytest.approx([-0.25, 0.0, -0.125, 0.0])
+    assert stats["clip_frac"] == pytest.approx(0.5)
+
+
+def test_loss_and_clipping_negative_advantage_with_delta():
+    # A = -1: -1, -1.5 (ratio above the range is NOT clipped for A < 0), -0.8 (clipped),
+    # -4 (delta caps the ratio at 4) -> loss 7.3 / 4
+    loss, grad, stats = _loss([1.0, 1.5, 0.5, 5.0], -1.0)
+    assert loss == pytest.approx(1.825)
+    assert grad == pytest.approx([0.25, 0.375, 0.0, 0.0])
+    assert stats["clip_frac"] == pytest.approx(0.5)
+    assert stats["ratio_max"] == pytest.approx(5.0)
+
+
+def test_loss_is_token_level_not_sequence_level():
+    logp = torch.zeros((2, 3), requires_grad=True)
+    mask = torch.tensor([[1.0, 0, 0], [1, 1, 1]])
+    loss, _ = clipped_token_loss(logp, torch.zeros(2, 3), torch.tensor([1.0, 1.0]), mask, **CLIP)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0)
+    # every completion token weighs 1/4, the one-token completion included; padding weighs 0
+    assert torch.allclose(logp.grad, -mask / 4)
+
+
+def test_kl_k3_and_penalty():
+    p, q = torch.log(torch.tensor([0.5])), torch.log(torch.tensor([0.25]))
+    assert kl_k3(p, q).item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert kl_k3(p, p).item() == 0.0
+    logp = torch.zeros((1, 2))
+    base, _ = clipped_token_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2), **CLIP)
+    with_kl, stats = clipped_token_loss(logp, logp, torch.tensor([1.0]), torch.ones(1, 2), **CLIP,
+                                        ref_logp=torch.full((1, 2), math.log(0.5)), kl_coef=0.1)
+    assert stats["kl"] == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert with_kl.item() == pytest.approx(base.item() + 0.1 * stats["kl"], abs=1e-6)
+
+
+def test_make_batch_aligns_targets():
+    b = make_batch([[1, 5, 6, 13], [1, 7, 13]], [[3, 4, 2], [9]],
+                   [torch.tensor([-0.1, -0.2, -0.3]), torch.tensor([-0.5])], torch.tensor([1.0, -1.0]), 0)
+    assert b.input_ids.tolist() == [[1, 5, 6, 13, 3, 4, 2], [1, 7, 13, 9, 0, 0, 0]]
+    assert b.mask.tolist() == [[0, 0, 0, 1, 1, 1], [0, 0, 1, 0, 0, 0]]
+    assert b.old_logp[0, 3:].tolist() == pytest.approx([-0.1, -0.2, -0.3])
+    assert b.old_logp[1, 2].item() == pytest.approx(-0.5)
+
+
+def test_clip_grad():
+    lin = torch.nn.Linear(2, 1, bias=False)
+    lin.weight.grad = torch.tensor([[3.0, 4.0]])
+    assert clip_grad(lin, 1.0) == pytest.approx(5.0)
+    assert lin.weight.grad.norm().item() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_grpo_step_moves_logprobs_the_right_way():
+    from trainer.model import create_builtin_model
+
+    model, tok = create_builtin_model(3)
+    prompt = tok("4213>")["input_ids"]
+    good, bad = tok("1234", add_special_tokens=False)["input_ids"] + [2], [tok.eos_token_id]
+    batch = make_batch([prompt, prompt], [good, bad], [torch.zeros(5), torch.zeros(1)],
+                       torch.tensor([1.0, -1.0]), tok.pad_token_id)
+    with torch.no_grad():
+        before = token_logprobs(model, batch.input_ids)
+    batch.old_logp = before * batch.mask
+    cfg = GRPOConfig(lr=1e-3, minibatches=1)
+    stats = grpo_step(model, make_optimizer(model, cfg), batch, cfg)
+    with torch.no_grad():
+        after = token_logprobs(model, batch.input_ids)
+    gain = ((after - before) * batch.mask).sum(1)
+    assert gain[0] > 0 and gain[1] < 0
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: ratio 1 before the step
+    assert {"loss", "grad_norm", "clip_frac", "tokens"} <= set(stats) and stats["tokens"] == 6
+    assert not model.training

@@ -1,0 +1,164 @@
+"""GRPO, as pure tensor functions plus one `grpo_step`.
+
+The variant, exactly:
+  - Group-relative advantages (GRPO): A_i = r_i - mean(r_group), divided by std(r_group) + 1e-6
+    when `std_normalize` (the original GRPO; Dr. GRPO drops the division). One advantage per
+    completion, shared by all of its tokens.
+  - Importance ratio r_t = exp(logp_trainer_t - logp_behaviour_t), where logp_behaviour is the raw
+    log-probability carried by the rollout (the policy version that sampled it), so off-policy
+    rollouts (async lag) are corrected per token.
+  - Two-sided clipping as in INTELLECT-2: per-token objective
+        min( min(r_t, delta) * A,  clip(r_t, 1 - eps_low, 1 + eps_high) * A )
+    i.e. PPO clipping with DAPO's asymmetric "clip-higher" range, plus an upper bound delta on the
+    ratio so a token with negative advantage and a huge ratio cannot blow up the update.
+  - Token-level normalisation (DAPO / INTELLECT-2): the loss is the sum over all completion tokens
+    of the minibatch divided by their count, so long completions are not down-weighted.
+  - Optional KL penalty to a reference policy with the k3 estimator exp(q - p) - (q - p) - 1
+    (q = reference logprob, p = trainer logprob); off by default.
+  - Each batch is split into `minibatches` optimizer steps (PPO-style), gradient norm clipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class GRPOConfig:
+    prompts_per_step: int = 16  # prompts in one batch
+    samples_per_prompt: int = 16  # completions per prompt (the group)
+    lr: float = 3e-5  # AdamW learning rate, constant (3e-4 collapsed the policy in one step)
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.0
+    eps_low: float = 0.2  # ratio clipped below at 1 - eps_low
+    eps_high: float = 0.28  # ratio clipped above at 1 + eps_high (DAPO clip-higher)
+    delta: float = 4.0  # INTELLECT-2 upper bound on the ratio for negative advantages
+    minibatches: int = 2  # optimizer steps per batch
+    kl_coef: float = 0.0  # weight of the k3 KL to the reference model; 0 = no reference needed
+    std_normalize: bool = True  # divide advantages by the group std
+    max_grad_norm: float = 1.0  # gradient clipping threshold
+    temperature: float = 1.0  # sampling temperature for rollouts
+    max_new_tokens: int = 10  # digit-sort answers are at most 8 digits + eos
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,
+                     eps: float = 1e-6) -> torch.Tensor:
+    """Advantages for flat rewards [N] laid out group-major (N = groups * group_size)."""
+    r = rewards.float().view(-1, group_size)
+    adv = r - r.mean(dim=1, keepdim=True)
+    if std_normalize:
+        adv = adv / (r.std(dim=1, keepdim=True, unbiased=False) + eps)
+    return adv.view(-1)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || ref): unbiased, always >= 0 (Schulman 2020)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                       mask: torch.Tensor, eps_low: float, eps_high: float, delta: float,
+                       ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0):
+    """Token-level two-sided clipped loss; all [N, T] except advantages [N]. Returns (loss, stats)."""
+    mask = mask.float()
+    n_tokens = mask.sum().clamp_min(1.0)
+    ratio = torch.exp(logp - old_logp)
+    adv = advantages[:, None].to(logp.dtype)
+    unclipped = torch.clamp(ratio, max=delta) * adv
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
+    objective = torch.minimum(unclipped, clipped)
+    loss = -(objective * mask).sum() / n_tokens
+    # tokens whose gradient clipping removed: ratio above the range for A > 0, below it or
+    # above delta for A < 0
+    r, a = ratio.detach(), adv.expand_as(ratio)
+    was_clipped = ((a > 0) & (r > 1 + eps_high)) | ((a < 0) & ((r < 1 - eps_low) | (r > delta)))
+    stats = {
+        "clip_frac": float((was_clipped.float() * mask).sum() / n_tokens),
+        "ratio_mean": float((ratio.detach() * mask).sum() / n_tokens),
+        "ratio_max": float(ratio.detach().masked_fill(mask == 0, 0).max()) if mask.any() else 1.0,
+    }
+    if ref_logp is not None and kl_coef > 0:
+        kl = (kl_k3(logp, ref_logp) * mask).sum() / n_tokens
+        loss = loss + kl_coef * kl
+        stats["kl"] = float(kl.detach())
+    return loss, stats
+
+
+def clip_grad(model: torch.nn.Module, max_norm: float) -> float:
+    """Clip the global gradient norm in place; returns the norm before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    return float(torch.nn.utils.clip_grad_norm_(params, max_norm)) if params else 0.0
+
+
+@dataclass
+class Batch:
+    """Rollouts as right-padded tensors. Position t of the [N, L-1] tensors scores input_ids[:, t+1]."""
+
+    input_ids: torch.Tensor  # [N, L] prompt + completion, right-padded
+    mask: torch.Tensor  # [N, L-1] 1 where the target token is a completion token
+    old_logp: torch.Tensor  # [N, L-1] behaviour-policy logprobs at those positions
+    advantages: torch.Tensor  # [N]
+
+    def select(self, rows: torch.Tensor) -> "Batch":
+        return Batch(self.input_ids[rows], self.mask[rows], self.old_logp[rows], self.advantages[rows])
+
+
+def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]],
+               behaviour_logprobs: list[torch.Tensor], advantages: torch.Tensor, pad_id: int) -> Batch:
+    """Pack rollouts. Right padding needs no attention mask: causal attention never lets a real
+    token see the pads that follow it."""
+    n = len(prompt_ids)
+    width = max(len(p) + len(c) for p, c in zip(prompt_ids, completion_ids))
+    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width - 1))
+    old = torch.zeros((n, width - 1))
+    for i, (p, c, lp) in enumerate(zip(prompt_ids, completion_ids, behaviour_logprobs)):
+        input_ids[i, :len(p) + len(c)] = torch.tensor(list(p) + list(c))
+        mask[i, len(p) - 1:len(p) - 1 + len(c)] = 1
+        old[i, len(p) - 1:len(p) - 1 + len(c)] = lp.float()
+    return Batch(input_ids, mask, old, advantages.float())
+
+
+def token_logprobs(model, input_ids: torch.Tensor) -> torch.Tensor:
+    """[N, L-1] log-probabilities of each next token under `model` (with gradients)."""
+    logits = model(input_ids=input_ids).logits[:, :-1].float()
+    return torch.log_softmax(logits, -1).gather(2, input_ids[:, 1:, None])[..., 0]
+
+
+def make_optimizer(model: torch.nn.Module, cfg: GRPOConfig) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                             weight_decay=cfg.weight_decay)
+
+
+def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None) -> dict:
+    """One GRPO batch: `cfg.minibatches` optimizer steps over interleaved rows. Returns mean stats."""
+    device = next(model.parameters()).device
+    model.train()
+    n = batch.input_ids.shape[0]
+    totals: dict[str, float] = {}
+    steps = min(cfg.minibatches, n)
+    for k in range(steps):
+        rows = torch.arange(k, n, steps)
+        mb = batch.select(rows)
+        ids = mb.input_ids.to(device)
+        logp = token_logprobs(model, ids)
+        ref_logp = None
+        if ref_model is not None and cfg.kl_coef > 0:
+            with torch.no_grad():
+                ref_logp = token_logprobs(ref_model, ids)
+        loss, stats = clipped_token_loss(
+            logp, mb.old_logp.to(device), mb.advantages.to(device), mb.mask.to(device),
+            cfg.eps_low, cfg.eps_high, cfg.delta, ref_logp, cfg.kl_coef)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        stats["grad_norm"] = clip_grad(model, cfg.max_grad_norm)
+        optimizer.step()
+        stats["loss"] = float(loss.detach())
+        for key, v in stats.items():
+            totals[key] = totals.get(key, 0.0) + v / steps
+    model.eval()
+    totals["tokens"] = float(batch.mask.sum())
+    return totals
