@@ -1,0 +1,249 @@
+"""Adversarial behaviours, one per malicious peer, chosen by `adversary = "<kind>"` in a scenario.
+
+A malicious peer still runs a real `PeerCore` (it must look like a peer to be connected to at all);
+its behaviour adds traffic the core would never make, pushed straight into its gossip links, or
+changes what its router does (withholding). Each kind says whether the core can catch it
+(`detectable`): honest peers are expected to ban every detectable adversary they are exposed to.
+
+Network-level kinds implemented now:
+
+* forged-signature: probes whose envelope names another peer as signer (signature does not verify)
+* replay: re-sends valid messages it received, after gossipsub's seen-cache forgot them
+* spam: valid self-signed probes far above the per-signer rate limit, in bursts
+* oversized / malformed: envelopes over the size cap / bytes that are not msgpack
+* sybil-flood: a group of identities (one controller) bursting spam together
+* sybil-eclipse: a group of identities that all connect to one victim and never relay anything;
+  not detectable by the current core (gossipsub 1.1's mesh-delivery scoring would be needed), so
+  the scenario checks that lazy gossip still reaches the victim instead.
+
+Role-level kinds (wrong model, inflated rewards, cherry-picked prompts, corrupted or withheld
+shards, lying validator) need roles that do not exist yet; they are listed in `PLANNED` and a
+scenario naming one is refused with that reason rather than run with a fake.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from gossip import topics
+from gossip.envelope import MAX_ENVELOPE, VERSION, seal
+from gossip.messages import Probe
+from swarm.rng import Rng
+
+if TYPE_CHECKING:
+    from simulator.sim import Node, Simulation
+
+PLANNED = {
+    "different-model": "worker role (rollouts from another model)",
+    "inflated-rewards": "worker role",
+    "cherry-picked-prompts": "worker role",
+    "corrupted-shards": "weight shard serving",
+    "withheld-shards": "weight shard serving",
+    "lying-validator": "validator role",
+}
+
+
+class Behaviour:
+    kind = ""
+    detectable = True
+    forges_jobs = False  # role-level adversaries will set this: their job results are marked forged
+    PARAMS: dict[str, tuple[type, float, float, Any]] = {}  # name -> (type, min, max, default)
+
+    def __init__(self, params: dict, group: "GroupController") -> None:
+        self.params = {k: (v[0](params[k]) if k in params else v[3]) for k, v in self.PARAMS.items()}
+        self.group = group
+
+    # hooks, called by the simulation
+    def start(self, sim: "Simulation", node: "Node") -> None:
+        rate = self.params.get("rate")
+        if rate:
+            self._every(sim, node, 1.0 / rate)
+
+    def on_accepted(self, sim: "Simulation", node: "Node", topic: str, data: bytes) -> None:
+        pass
+
+    def act(self, sim: "Simulation", node: "Node") -> None:
+        pass
+
+    def _every(self, sim: "Simulation", node: "Node", interval: float, first: float | None = None) -> None:
+        sim.loop.after(interval if first is None else first, self._tick, sim, node, node.incarnation, interval)
+
+    def _tick(self, sim: "Simulation", node: "Node", incarnation: int, interval: float) -> None:
+        if not node.up or node.incarnation != incarnation:
+            return
+        if sim.attacks_allowed():
+            self.act(sim, node)
+        sim.loop.after(interval, self._tick, sim, node, incarnation, interval)
+
+
+def _probe(sim: "Simulation", node: "Node", size: int) -> Probe:
+    node.attack_seq += 1
+    return Probe(seq=node.attack_seq, sent_at=sim.core_now(node), payload=bytes(size))
+
+
+class ForgedSignature(Behaviour):
+    kind = "forged-signature"
+    PARAMS = {"rate": (float, 0.01, 1000, 1.0)}
+
+    def act(self, sim, node):
+        victims = sorted(sim.router.conns[node.index])
+        if not victims:
+            return
+        victim = sim.nodes[sim.rng_for(node).choice(victims)]
+        body = _probe(sim, node, 32).body_bytes()
+        sig = node.identity.sign(b"forged" + body)  # a signature, but not by the named signer over this body
+        wire = msgpack.packb({"v": VERSION, "kind": "probe", "body": body, "signer": victim.identity.public_key,
+                              "sig": sig}, use_bin_type=True)
+        sim.attack(node, topics.PROBE, wire)
+
+
+class Replay(Behaviour):
+    kind = "replay"
+    PARAMS = {"rate": (float, 0.01, 1000, 5.0), "min_age": (float, 0, 86400, 130.0),
+              "max_age": (float, 0, 86400, 600.0), "keep": (int, 1, 100_000, 2000)}
+
+    def __init__(self, params, group):
+        super().__init__(params, group)
+        if self.params["max_age"] < self.params["min_age"]:
+            raise ValueError("replay: max_age must be >= min_age")
+        self.store: deque = deque(maxlen=self.params["keep"])
+
+    def on_accepted(self, sim, node, topic, data):
+        self.store.append((sim.loop.now, topic, data))
+
+    def act(self, sim, node):
+        now = sim.loop.now
+        lo, hi = now - self.params["max_age"], now - self.params["min_age"]
+        while self.store and self.store[0][0] < lo:
+            self.store.popleft()
+        ripe = [item for item in self.store if item[0] <= hi]
+        if ripe:
+            _, topic, data = sim.rng_for(node).choice(ripe)
+            sim.attack(node, topic, data)
+
+
+class Spam(Behaviour):
+    kind = "spam"
+    PARAMS = {"rate": (float, 1, 100_000, 500.0), "burst": (float, 0.1, 3600, 3.0),
+              "every": (float, 1, 86400, 60.0), "size": (int, 0, 60_000, 256)}
+
+    def start(self, sim, node):
+        first = self.group.shared_start(sim, node, self.params["every"])
+        sim.loop.after(first, self._burst, sim, node, node.incarnation)
+
+    def _burst(self, sim, node, incarnation):
+        if not node.up or node.incarnation != incarnation:
+            return
+        if sim.attacks_allowed():
+            n = int(self.params["rate"] * self.params["burst"])
+            for k in range(n):
+                sim.loop.after(k / self.params["rate"], self._one, sim, node, incarnation)
+        sim.loop.after(self.params["every"], self._burst, sim, node, incarnation)
+
+    def _one(self, sim, node, incarnation):
+        if node.up and node.incarnation == incarnation:
+            sim.attack(node, topics.PROBE, seal(node.identity, _probe(sim, node, self.params["size"])).wire)
+
+    def is_detectable(self, sender_rate: float) -> bool:
+        return self.params["rate"] > sender_rate
+
+
+class SybilFlood(Spam):
+    """Spam from many identities at once: the controller starts every member's bursts together."""
+
+    kind = "sybil-flood"
+    PARAMS = {"rate": (float, 1, 100_000, 300.0), "burst": (float, 0.1, 3600, 3.0),
+              "every": (float, 1, 86400, 60.0), "size": (int, 0, 60_000, 256)}
+
+
+class Oversized(Behaviour):
+    kind = "oversized"
+    PARAMS = {"rate": (float, 0.01, 100, 0.5)}
+
+    def act(self, sim, node):
+        sim.attack(node, topics.PROBE, b"\x81" + bytes(MAX_ENVELOPE))
+
+
+class Malformed(Behaviour):
+    kind = "malformed"
+    PARAMS = {"rate": (float, 0.01, 1000, 1.0), "size": (int, 1, 60_000, 200)}
+
+    def act(self, sim, node):
+        rng = sim.rng_for(node)
+        # 0xc1 is never valid msgpack: the bytes fail to decode whatever follows.
+        sim.attack(node, topics.PROBE, b"\xc1" + bytes(rng.randrange(256) for _ in range(self.params["size"] - 1)))
+
+
+class SybilEclipse(Behaviour):
+    kind = "sybil-eclipse"
+    detectable = False
+    PARAMS = {"redial_every": (float, 1, 3600, 10.0)}
+
+    def start(self, sim, node):
+        sim.router.withhold[node.index] = True
+        self._every(sim, node, self.params["redial_every"], first=0.5)
+
+    def act(self, sim, node):
+        victim = self.group.victim(sim)
+        if victim is not None and victim not in sim.router.conns[node.index]:
+            sim.dial(node.index, victim)
+
+
+KINDS: dict[str, type[Behaviour]] = {cls.kind: cls for cls in
+                                     (ForgedSignature, Replay, Spam, SybilFlood, Oversized, Malformed, SybilEclipse)}
+
+
+class GroupController:
+    """What the members of one adversary group share: one adversary behind many identities."""
+
+    def __init__(self, name: str, seed: int) -> None:
+        self.name = name
+        self.rng = Rng(seed)
+        self._start: float | None = None
+        self._victim: int | None = None
+
+    def shared_start(self, sim: "Simulation", node: "Node", every: float) -> float:
+        """Delay until the group's next common burst (members joining later fall into step)."""
+        if self._start is None:
+            self._start = sim.loop.now + 5.0 + self.rng.uniform(0, every)
+        now = sim.loop.now
+        if self._start >= now:
+            return self._start - now
+        return every - ((now - self._start) % every)
+
+    def victim(self, sim: "Simulation") -> int | None:
+        if self._victim is None or not sim.nodes[self._victim].up:
+            honest = sim.live_honest()
+            self._victim = honest[0] if honest else None
+        return self._victim
+
+
+def check_params(kind: str, params: dict) -> None:
+    """ValueError naming what is wrong with an adversary kind or its params."""
+    if kind in PLANNED:
+        raise ValueError(f"{kind!r} needs the {PLANNED[kind]}, which does not exist yet")
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown adversary kind {kind!r} (known: {', '.join(sorted(KINDS))})")
+    for key, value in params.items():
+        if key not in cls.PARAMS:
+            raise ValueError(f"{kind}: unknown param {key!r} (known: {', '.join(sorted(cls.PARAMS)) or 'none'})")
+        tp, lo, hi, _ = cls.PARAMS[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (tp is int and not isinstance(value, int)):
+            raise ValueError(f"{kind}: param {key!r} must be {'an integer' if tp is int else 'a number'}")
+        if not lo <= value <= hi:
+            raise ValueError(f"{kind}: param {key!r} must be in [{lo:g}, {hi:g}]")
+    cls(params, GroupController("check", 0))  # cross-param checks
+
+
+def make(kind: str, params: dict, group: GroupController) -> Behaviour:
+    return KINDS[kind](params, group)
+
+
+def detectable(behaviour: Behaviour, sender_rate: float) -> bool:
+    if isinstance(behaviour, Spam):
+        return behaviour.is_detectable(sender_rate)
+    return behaviour.detectable

@@ -1,0 +1,398 @@
+"""A gossipsub 1.1 router for every simulated peer: mesh, fanout, eager push, IHAVE/IWANT, seen-cache.
+
+What it models, per peer and topic (parameters as in the gossipsub 1.1 spec and go-libp2p defaults):
+
+* a mesh of D=6 peers kept within [Dlo=4, Dhi=12] by a 1 s heartbeat that GRAFTs and PRUNEs (with a
+  prune backoff), fanout peers for publishing on a topic the peer is not subscribed to (expiring after
+  60 s), and flood publishing of a peer's own messages to every connected subscriber;
+* eager push of every accepted message to the mesh (minus the peer it came from and its origin);
+* lazy gossip: at each heartbeat, message ids from the last `history_gossip` heartbeats are offered
+  (IHAVE) to Dlazy=6 (or gossip_factor of the) non-mesh subscribers; an IWANT answers, served from
+  the message cache while it holds the message (`history_length` heartbeats);
+* a seen-cache (ids, 120 s) that drops duplicates before validation, and validation by the peer's
+  core: a message is forwarded only if the core accepted it (MessageVerdict), never if rejected.
+
+Peer scoring, opportunistic grafting and outbound-degree quotas are not modelled; the core's own
+reputation ledger stands in for scoring. GRAFT/PRUNE take effect at both ends at once (their bytes
+are counted on the links).
+
+Speed (all exact, not approximations of the protocol's outcome): a copy sent to a peer that has
+already seen the message costs only its bytes (it would be dropped on arrival); of several copies in
+flight to one peer only the earliest arrival gets an event (later ones would be duplicates); an IHAVE
+to a peer that holds every offered id costs only its bytes. Heartbeats run in 10 phase groups, and a
+peer with no mesh repair, no ids to gossip and no fanout does no heartbeat work at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from simulator.loop import EventLoop
+from simulator.network import Network
+from swarm.rng import Rng
+
+PHASES = 10
+IHAVE_ID_BYTES = 34  # one message id in an IHAVE/IWANT control entry
+CONTROL_BYTES = 40  # a GRAFT or PRUNE entry (topic, backoff)
+
+
+@dataclass(frozen=True)
+class GossipConfig:
+    D: int = 6
+    Dlo: int = 4
+    Dhi: int = 12
+    Dlazy: int = 6
+    gossip_factor: float = 0.25
+    heartbeat: float = 1.0
+    history_length: int = 5
+    history_gossip: int = 3
+    seen_ttl: float = 120.0
+    fanout_ttl: float = 60.0
+    prune_backoff: float = 60.0
+    flood_publish: bool = True
+    max_ihave_length: int = 5000
+
+
+class Msg:
+    """One distinct message (by id) while any seen-cache may still hold it."""
+
+    __slots__ = ("mid", "hex", "topic", "data", "size", "origin", "t0", "seen", "best")
+
+    def __init__(self, mid: bytes, topic: str, data: bytes, origin: int, t0: float) -> None:
+        self.mid, self.hex, self.topic, self.data = mid, mid[:10].hex(), topic, data
+        self.size = len(data)
+        self.origin, self.t0 = origin, t0
+        self.seen: set[int] = set()
+        self.best: dict[int, float] = {}  # peer -> earliest arrival among copies in flight
+
+
+def message_id(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=20).digest()
+
+
+class GossipRouter:
+    """`validate(peer, msg, from_peer) -> bool` hands a first arrival to the peer's core."""
+
+    def __init__(self, loop: EventLoop, net: Network, config: GossipConfig, rng: Rng,
+                 validate: Callable[[int, Msg, int], bool], on_drop: Callable[[int, Msg, int, str], None]) -> None:
+        self.loop, self.net, self.cfg, self.rng = loop, net, config, rng
+        self.validate = validate
+        self.on_drop = on_drop
+        self.msgs: dict[bytes, Msg] = {}
+        self.subs: list[set[str]] = []
+        self.conns: list[set[int]] = []
+        self.mesh: list[dict[str, set[int]]] = []
+        self.fanout: list[dict[str, set[int]]] = []
+        self.fanout_last: list[dict[str, float]] = []
+        self.backoff: list[dict[tuple[str, int], float]] = []
+        self.mcache: list[deque] = []  # (time accepted, Msg), oldest first
+        self.dirty: list[bool] = []
+        self.withhold: list[bool] = []  # adversary: never forwards or answers IWANT
+        self._active: list[set[int]] = [set() for _ in range(PHASES)]
+        self.control_frames = 0
+        self.iwant_served = 0
+        self._phase = 0
+        self._started = False
+
+    # ------------------------------------------------------------------ peers and links
+
+    def add_peer(self) -> int:
+        self.subs.append(set())
+        self.conns.append(set())
+        self.mesh.append({})
+        self.fanout.append({})
+        self.fanout_last.append({})
+        self.backoff.append({})
+        self.mcache.append(deque())
+        self.dirty.append(False)
+        self.withhold.append(False)
+        if not self._started:
+            self._started = True
+            self.loop.after(self.cfg.heartbeat / PHASES, self._heartbeat_phase)
+        return len(self.subs) - 1
+
+    def reset_peer(self, i: int) -> None:
+        """The peer's process died: its router state is gone with it."""
+        for j in sorted(self.conns[i]):
+            self.disconnected(i, j)
+        self.subs[i] = set()
+        self.mesh[i], self.fanout[i], self.fanout_last[i], self.backoff[i] = {}, {}, {}, {}
+        self.mcache[i] = deque()
+        self.dirty[i] = False
+
+    def _activate(self, i: int) -> None:
+        self._active[i % PHASES].add(i)
+
+    def connected(self, i: int, j: int) -> None:
+        self.conns[i].add(j)
+        self.conns[j].add(i)
+        for a, b in ((i, j), (j, i)):
+            if any(t in self.subs[b] and len(self.mesh[a].get(t, ())) < self.cfg.Dlo for t in self.subs[a]):
+                self.dirty[a] = True
+                self._activate(a)
+
+    def disconnected(self, i: int, j: int) -> None:
+        self.conns[i].discard(j)
+        self.conns[j].discard(i)
+        for a, b in ((i, j), (j, i)):
+            for topic, members in self.mesh[a].items():
+                if b in members:
+                    members.discard(b)
+                    if len(members) < self.cfg.Dlo:
+                        self.dirty[a] = True
+                        self._activate(a)
+            for members in self.fanout[a].values():
+                members.discard(b)
+
+    def subscribe(self, i: int, topic: str) -> None:
+        if topic in self.subs[i]:
+            return
+        self.subs[i].add(topic)
+        # Join: fanout peers first, then random subscribers, up to D; GRAFT them.
+        mesh = self.fanout[i].pop(topic, set())
+        self.fanout_last[i].pop(topic, None)
+        mesh = {j for j in mesh if topic in self.subs[j] and j in self.conns[i]}
+        self.mesh[i][topic] = set()
+        for j in sorted(mesh):
+            self._graft(i, j, topic)
+        if len(self.mesh[i][topic]) < self.cfg.D:
+            self._fill(i, topic, self.cfg.D)
+        # Neighbours below Dlo on this topic may now graft us.
+        for j in sorted(self.conns[i]):
+            if topic in self.subs[j] and len(self.mesh[j].get(topic, ())) < self.cfg.Dlo:
+                self.dirty[j] = True
+                self._activate(j)
+
+    def unsubscribe(self, i: int, topic: str) -> None:
+        self.subs[i].discard(topic)
+        for j in sorted(self.mesh[i].pop(topic, set())):
+            self._prune(i, j, topic)
+
+    # ------------------------------------------------------------------ mesh control
+
+    def _graft(self, i: int, j: int, topic: str) -> None:
+        now = self.loop.now
+        self.net.frame(now, i, j, CONTROL_BYTES)
+        self.control_frames += 1
+        if topic not in self.subs[j] or self.backoff[j].get((topic, i), 0.0) > now:
+            self.net.frame(now, j, i, CONTROL_BYTES)  # PRUNE back
+            self.backoff[i][(topic, j)] = now + self.cfg.prune_backoff
+            return
+        self.mesh[i].setdefault(topic, set()).add(j)
+        theirs = self.mesh[j].setdefault(topic, set())
+        theirs.add(i)
+        if len(theirs) > self.cfg.Dhi:
+            self.dirty[j] = True
+            self._activate(j)
+
+    def _prune(self, i: int, j: int, topic: str) -> None:
+        now = self.loop.now
+        self.net.frame(now, i, j, CONTROL_BYTES)
+        self.control_frames += 1
+        self.mesh[i].get(topic, set()).discard(j)
+        theirs = self.mesh[j].get(topic)
+        if theirs is not None and i in theirs:
+            theirs.discard(i)
+            if len(theirs) < self.cfg.Dlo:
+                self.dirty[j] = True
+                self._activate(j)
+        self.backoff[i][(topic, j)] = now + self.cfg.prune_backoff
+        self.backoff[j][(topic, i)] = now + self.cfg.prune_backoff
+
+    def _fill(self, i: int, topic: str, want: int) -> None:
+        now = self.loop.now
+        mesh = self.mesh[i].setdefault(topic, set())
+        backoff = self.backoff[i]
+        candidates = [j for j in sorted(self.conns[i]) if j not in mesh and topic in self.subs[j]
+                      and backoff.get((topic, j), 0.0) <= now]
+        for j in self.rng.sample(candidates, want - len(mesh)):
+            self._graft(i, j, topic)
+
+    def _maintain(self, i: int) -> bool:
+        """Heartbeat mesh repair; True while the peer still lacks Dlo mesh peers somewhere."""
+        cfg = self.cfg
+        short = False
+        for topic in sorted(self.subs[i]):
+            mesh = self.mesh[i].setdefault(topic, set())
+            for j in sorted(mesh):
+                if j not in self.conns[i] or topic not in self.subs[j]:
+                    mesh.discard(j)
+            if len(mesh) < cfg.Dlo:
+                self._fill(i, topic, cfg.D)
+                short = short or len(mesh) < cfg.Dlo
+            elif len(mesh) > cfg.Dhi:
+                for j in self.rng.sample(sorted(mesh), len(mesh) - cfg.D):
+                    self._prune(i, j, topic)
+        if self.backoff[i]:
+            now = self.loop.now
+            self.backoff[i] = {k: v for k, v in self.backoff[i].items() if v > now}
+        return short
+
+    # ------------------------------------------------------------------ messages
+
+    def publish(self, i: int, topic: str, data: bytes) -> Msg:
+        """The peer's own message (its core's Publish effect)."""
+        msg = self._record(topic, data, i)
+        if i in msg.seen:
+            return msg  # gossipsub refuses to publish a duplicate
+        msg.seen.add(i)
+        self._cache(i, msg)
+        if self.cfg.flood_publish or topic not in self.subs[i]:
+            targets = [j for j in sorted(self.conns[i]) if topic in self.subs[j]]
+            if topic not in self.subs[i]:
+                self._touch_fanout(i, topic)
+        else:
+            targets = sorted(self.mesh[i].get(topic, ()))
+        for j in targets:
+            self._send(i, j, msg)
+        return msg
+
+    def inject(self, i: int, topic: str, data: bytes, targets: list[int] | None = None) -> Msg:
+        """An adversary pushes raw bytes to its neighbours, bypassing its own core and seen-cache."""
+        msg = self._record(topic, data, i)
+        for j in (sorted(self.conns[i]) if targets is None else targets):
+            if j in self.conns[i]:
+                self._send(i, j, msg)
+        return msg
+
+    def _record(self, topic: str, data: bytes, origin: int) -> Msg:
+        mid = message_id(data)
+        msg = self.msgs.get(mid)
+        if msg is None or msg.topic != topic:
+            msg = self.msgs[mid] = Msg(mid, topic, data, origin, self.loop.now)
+            self.loop.after(self.cfg.seen_ttl, self._expire, mid, msg)
+        return msg
+
+    def _expire(self, mid: bytes, msg: Msg) -> None:
+        if self.msgs.get(mid) is msg:
+            del self.msgs[mid]
+
+    def _touch_fanout(self, i: int, topic: str) -> None:
+        peers = self.fanout[i].setdefault(topic, set())
+        self.fanout_last[i][topic] = self.loop.now
+        peers.intersection_update(self.conns[i])
+        if len(peers) < self.cfg.D:
+            candidates = [j for j in sorted(self.conns[i]) if j not in peers and topic in self.subs[j]]
+            peers.update(self.rng.sample(candidates, self.cfg.D - len(peers)))
+        self._activate(i)
+
+    def _send(self, i: int, j: int, msg: Msg) -> None:
+        arrival = self.net.frame(self.loop.now, i, j, msg.size)
+        if j in msg.seen:
+            return  # a duplicate: it only costs bytes
+        if arrival < 0.0:
+            self.on_drop(j, msg, i, "lost" if self.net.side[i] == self.net.side[j] else "partition")
+            return
+        best = msg.best.get(j)
+        if best is not None and best <= arrival:
+            return  # an earlier copy is already on its way
+        msg.best[j] = arrival
+        self.loop.at(arrival, self._arrive, j, i, msg, arrival)
+
+    def _arrive(self, j: int, i: int, msg: Msg, arrival: float) -> None:
+        if j in msg.seen or msg.best.get(j) != arrival:
+            return
+        del msg.best[j]
+        if i not in self.conns[j]:
+            self.on_drop(j, msg, i, "link-closed")
+            return
+        msg.seen.add(j)
+        if not self.validate(j, msg, i):
+            return
+        self._cache(j, msg)
+        if self.withhold[j]:
+            return
+        mesh = self.mesh[j].get(msg.topic)
+        if mesh:
+            origin = msg.origin
+            for k in sorted(mesh):
+                if k != i and k != origin:
+                    self._send(j, k, msg)
+
+    def _cache(self, i: int, msg: Msg) -> None:
+        cache = self.mcache[i]
+        if not cache:
+            self._activate(i)
+        cache.append((self.loop.now, msg))
+
+    # ------------------------------------------------------------------ heartbeat and lazy gossip
+
+    def _heartbeat_phase(self) -> None:
+        phase = self._phase
+        self._phase = (phase + 1) % PHASES
+        self.loop.after(self.cfg.heartbeat / PHASES, self._heartbeat_phase)
+        active = self._active[phase]
+        if not active:
+            return
+        keep = set()
+        for i in sorted(active):
+            if self._heartbeat(i):
+                keep.add(i)
+        self._active[phase] = keep
+
+    def _heartbeat(self, i: int) -> bool:
+        """One peer's heartbeat; True if it has work at its next heartbeat too."""
+        cfg, now = self.cfg, self.loop.now
+        if self.dirty[i]:
+            self.dirty[i] = self._maintain(i)
+        if self.fanout[i]:
+            for topic in sorted(self.fanout[i]):
+                if now - self.fanout_last[i].get(topic, now) > cfg.fanout_ttl:
+                    del self.fanout[i][topic]
+                    self.fanout_last[i].pop(topic, None)
+        cache = self.mcache[i]
+        if cache:
+            horizon = now - cfg.history_length * cfg.heartbeat
+            while cache and cache[0][0] <= horizon:
+                cache.popleft()
+            gossip_from = now - cfg.history_gossip * cfg.heartbeat
+            by_topic: dict[str, list[Msg]] = {}
+            for at, msg in cache:
+                if at > gossip_from:
+                    by_topic.setdefault(msg.topic, []).append(msg)
+            if not self.withhold[i]:
+                for topic in sorted(by_topic):
+                    self._emit_ihave(i, topic, by_topic[topic][-cfg.max_ihave_length:])
+        return self.dirty[i] or bool(cache) or bool(self.fanout[i])
+
+    def _emit_ihave(self, i: int, topic: str, msgs: list[Msg]) -> None:
+        mesh = self.mesh[i].get(topic, ())
+        fanout = self.fanout[i].get(topic, ())
+        eligible = [j for j in sorted(self.conns[i]) if j not in mesh and j not in fanout and topic in self.subs[j]]
+        if not eligible:
+            return
+        n = max(self.cfg.Dlazy, int(self.cfg.gossip_factor * len(eligible)))
+        targets = eligible if n >= len(eligible) else self.rng.sample(eligible, n)
+        size = 16 + IHAVE_ID_BYTES * len(msgs)
+        now = self.loop.now
+        for j in targets:
+            arrival = self.net.frame(now, i, j, size)
+            self.control_frames += 1
+            if arrival < 0.0:
+                continue
+            missing = [m for m in msgs if j not in m.seen]
+            if missing:
+                self.loop.at(arrival, self._on_ihave, j, i, missing)
+
+    def _on_ihave(self, j: int, i: int, msgs: list[Msg]) -> None:
+        if i not in self.conns[j]:
+            return
+        want = [m for m in msgs if j not in m.seen and j not in m.best and self.msgs.get(m.mid) is m]
+        if not want:
+            return
+        arrival = self.net.frame(self.loop.now, j, i, 16 + IHAVE_ID_BYTES * len(want))
+        self.control_frames += 1
+        if arrival >= 0.0:
+            self.loop.at(arrival, self._on_iwant, i, j, want)
+
+    def _on_iwant(self, i: int, j: int, msgs: list[Msg]) -> None:
+        if j not in self.conns[i] or self.withhold[i]:
+            return
+        held = {m.mid for _, m in self.mcache[i]}
+        for m in msgs:
+            if m.mid in held:
+                self.iwant_served += 1
+                self._send(i, j, m)

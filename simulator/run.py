@@ -1,0 +1,82 @@
+"""One simulation run, start to finish: scenario + seed in, trace hash, checks and metrics out."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from simulator.checkers import CheckResult, Evaluator
+from simulator.churn import Churn, derive_faults
+from simulator.scenario import Scenario
+from simulator.sim import Simulation
+from simulator.trace import Trace
+
+
+@dataclass
+class RunResult:
+    scenario: str
+    seed: int
+    duration: float
+    trace_hash: str
+    checks: dict[str, CheckResult]
+    required: tuple[str, ...]
+    metrics: dict
+    faults: dict
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name in self.required if not self.checks[name].ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def as_dict(self) -> dict:
+        return {"scenario": self.scenario, "seed": self.seed, "duration": self.duration, "trace_hash": self.trace_hash,
+                "ok": self.ok, "passed": [n for n in self.required if self.checks[n].ok], "failed": self.failed,
+                "checks": {n: c.as_dict() for n, c in self.checks.items()}, "required": list(self.required),
+                "metrics": self.metrics, "faults": self.faults, "stats": self.stats}
+
+
+def prepare(scenario: Scenario, trace: Trace) -> tuple[Simulation, dict]:
+    plan = derive_faults(scenario)
+    sim = Simulation(scenario, trace)
+    sim.net.loss = plan.loss
+    trace.record(0.0, -1, "scenario", {"name": scenario.name, "seed": scenario.seed, "duration": scenario.duration,
+                                       "faults": plan.describe()})
+    Churn(sim, plan).schedule()
+    return sim, plan.describe()
+
+
+def run_scenario(scenario: Scenario, trace_path: str | None = None,
+                 on_progress: Callable[[float, float], None] | None = None,
+                 on_start: Callable[[dict], None] | None = None) -> RunResult:
+    trace = Trace(trace_path)
+    evaluator = Evaluator(scenario.delivery_grace, status_sample=max(1, math.ceil(scenario.total_peers / 100)))
+    evaluator.attach(trace)
+    sim, faults = prepare(scenario, trace)
+    if on_start is not None:
+        on_start(faults)
+    wall = time.perf_counter()
+    end = scenario.duration
+    sim.loop.run(end, None if on_progress is None else (lambda t: on_progress(t, end)),
+                 progress_every=max(end / 200, 1.0))
+    wall = time.perf_counter() - wall
+    for i in range(len(sim.nodes)):
+        trace.record(end, i, "bytes", {"in": sim.net.bytes_in[i], "out": sim.net.bytes_out[i]})
+    trace.record(end, -1, "end", {"events": sim.loop.events_run, "peers": len(sim.nodes), "live": len(sim.live),
+                                  "frames_lost": sim.net.frames_lost, "control_frames": sim.router.control_frames})
+    trace_hash = trace.hexdigest()
+    trace.close()
+    checks = evaluator.results(end, scenario.settle)
+    metrics = evaluator.metrics(end, end)
+    stats = {"wall_s": round(wall, 3), "events": sim.loop.events_run, "trace_lines": trace.lines,
+             "sim_s_per_wall_s": round(end / wall, 3) if wall > 0 else None,
+             "events_per_s": round(sim.loop.events_run / wall) if wall > 0 else None,
+             "peers_created": len(sim.nodes), "peers_live_at_end": len(sim.live),
+             "core_calls": sim.counts["core_calls"], "gossip_deliveries": sim.counts["deliveries"],
+             "gossip_rejected": sim.counts["rejected"], "envelope_memo_hits": sim.memo.hits}
+    return RunResult(scenario.name, scenario.seed, end, trace_hash, checks, scenario.checks, metrics, faults, stats)

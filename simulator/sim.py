@@ -1,0 +1,524 @@
+"""The simulated runtime: turns each `PeerCore`'s effects into network actions and inputs back.
+
+This is `node/`'s job done on the virtual network: gossip through `GossipRouter`, connections
+(Dial -> PeerConnected / DialFailed, Disconnect, Ban with connection gating), request/response streams
+as bandwidth-sharing flows with timeouts, jobs through the executor registry, timers through
+`next_deadline()`, and every observable thing into the trace. Peers are indices; the core sees
+libp2p-style peer ids. Each peer's `now` is the virtual epoch (1.8e9 s) plus simulated time plus its
+clock skew.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from gossip.envelope import EnvelopeMemo
+from gossip.identity import Identity
+from gossip.messages import TaskAnnouncement
+from simulator import adversaries
+from simulator.flows import Flow, FlowScheduler
+from simulator.gossip_model import GossipRouter, Msg
+from simulator.loop import EventLoop
+from simulator.network import LinkProfile, Network
+from simulator.scenario import PeerGroup, Scenario, core_config, gossip_config
+from simulator.trace import Trace
+from simulator.workload import CostModelExecutor, JobContext, JobOutcome, JobRegistry, RealExecutor, real_function
+from swarm.core import PeerCore
+from swarm.io import (Ban, CommandResult, Dial, DialFailed, Disconnect, Emit, JobFinished, LocalCommand,
+                      MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
+                      Respond, ResponseReceived, RunJob, SendRequest, Started, Subscribe, Tick, Unsubscribe)
+from swarm.rng import Rng, stable_seed
+
+EPOCH = 1.8e9  # virtual wall-clock origin, so message timestamps look like real ones
+STREAM_OVERHEAD = 200  # bytes: stream open, protocol negotiation, framing
+HANDSHAKE_TRIPS = 3  # one-way trips to connect: TCP, Noise, multistream/yamux
+
+
+@dataclass(eq=False)
+class Node:
+    index: int
+    identity: Identity
+    group: PeerGroup
+    behaviour: adversaries.Behaviour | None
+    skew: float = 0.0
+    core: PeerCore | None = None
+    up: bool = False
+    incarnation: int = 0
+    tick_at: float | None = None
+    banned: set = field(default_factory=set)  # peers this incarnation refuses (its core's Ban effects)
+    served: dict = field(default_factory=dict)  # server-side request id -> Request
+    jobs_running: int = 0
+    job_queue: list = field(default_factory=list)
+    started_at: float = 0.0
+    attack_seq: int = 0
+    rng: Rng | None = None  # the simulator's stream for this peer (adversary choices, jobs)
+
+    @property
+    def peer_id(self) -> str:
+        return self.identity.peer_id
+
+    @property
+    def adversary(self) -> str:
+        return self.group.adversary
+
+
+@dataclass(eq=False)
+class Request:
+    seq: int
+    client: int
+    client_inc: int
+    server: int
+    rid: int
+    protocol: str
+    data: bytes
+    done: bool = False
+    flow: Flow | None = None
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario, trace: Trace) -> None:
+        self.scenario = s = scenario
+        self.seed = s.seed
+        self.trace = trace
+        self.loop = EventLoop()
+        self.rng = Rng(stable_seed("swarm-sim", s.seed, "world"))
+        self.net = Network(s.network.regions, s.network.latency_ms, s.network.loss,
+                           Rng(stable_seed("swarm-sim", s.seed, "network")))
+        self.flows = FlowScheduler(self.loop, self.net.up_Bps.__getitem__, self.net.down_Bps.__getitem__)
+        self.router = GossipRouter(self.loop, self.net, gossip_config(s), Rng(stable_seed("swarm-sim", s.seed, "gossip")),
+                                   self._validate, self._on_drop)
+        self.memo = EnvelopeMemo()
+        self.core_config = core_config(s)
+        self.nodes: list[Node] = []
+        self.by_id: dict[str, int] = {}
+        self.live: set[int] = set()
+        self.jobs = self._job_registry()
+        self.controllers: dict[str, adversaries.GroupController] = {}
+        self._requests: dict[int, Request] = {}
+        self._request_seq = 0
+        self._server_rid = 0
+        self._command_id = 0
+        self._region_rr: dict[str, int] = {}
+        self.attack_until = s.duration - s.settle
+        self.counts = {"deliveries": 0, "core_calls": 0, "rejected": 0}
+        self._effect_handlers = {
+            Publish: self._do_publish, Subscribe: self._do_subscribe, Unsubscribe: self._do_unsubscribe,
+            Dial: self._do_dial, Disconnect: self._do_disconnect, Ban: self._do_ban, SendRequest: self._do_request,
+            Respond: self._do_respond, RunJob: self._do_job, Emit: self._do_emit, CommandResult: self._do_result,
+            MessageVerdict: lambda i, e: None,
+        }
+
+    # ------------------------------------------------------------------ helpers
+
+    def core_now(self, node: Node) -> float:
+        return EPOCH + self.loop.now + node.skew
+
+    def attacks_allowed(self) -> bool:
+        return self.loop.now < self.attack_until
+
+    def rng_for(self, node: Node) -> Rng:
+        return node.rng
+
+    def live_honest(self) -> list[int]:
+        return sorted(i for i in self.live if not self.nodes[i].adversary)
+
+    def _job_registry(self) -> JobRegistry:
+        registry = JobRegistry()
+        for kind, spec in sorted(self.scenario.jobs.items()):
+            cost = CostModelExecutor(spec.seconds, spec.jitter, spec.result_bytes, spec.fail_rate)
+            registry.register(kind, cost if spec.mode == "cost" else RealExecutor(real_function(spec.function), cost))
+        return registry
+
+    # ------------------------------------------------------------------ peers
+
+    def create_peer(self, group: PeerGroup, skew: float = 0.0) -> int:
+        index = len(self.nodes)
+        seed = hashlib.blake2b(f"swarm-sim/{self.seed}/identity/{index}".encode(), digest_size=32).digest()
+        identity = Identity(seed)
+        behaviour = None
+        if group.adversary:
+            ctl = self.controllers.get(group.name)
+            if ctl is None:
+                ctl = self.controllers[group.name] = adversaries.GroupController(
+                    group.name, stable_seed("swarm-sim", self.seed, "group", group.name))
+            behaviour = adversaries.make(group.adversary, group.adversary_params, ctl)
+        regions = self.scenario.network.regions
+        if group.region == "any":
+            k = self._region_rr.get(group.name, 0)
+            self._region_rr[group.name] = k + 1
+            region = (k + index) % len(regions)
+        else:
+            region = regions.index(group.region)
+        node = Node(index, identity, group, behaviour, skew=skew,
+                    rng=Rng(stable_seed("swarm-sim", self.seed, "peer", index)))
+        self.nodes.append(node)
+        self.by_id[identity.peer_id] = index
+        self.net.add_peer(region, LinkProfile(group.up_mbps * 1e6, group.down_mbps * 1e6))
+        self.router.add_peer()
+        self.trace.record(self.loop.now, index, "peer", {
+            "id": identity.peer_id, "group": group.name, "adversary": group.adversary, "region": regions[region],
+            "up_mbps": group.up_mbps, "down_mbps": group.down_mbps, "skew": round(skew, 6),
+            "detectable": bool(behaviour and adversaries.detectable(behaviour, self.core_config.sender_rate))})
+        return index
+
+    def start_peer(self, i: int) -> None:
+        node = self.nodes[i]
+        if node.up:
+            return
+        node.up = True
+        node.incarnation += 1
+        node.started_at = self.loop.now
+        node.banned = set()
+        node.served = {}
+        node.jobs_running, node.job_queue = 0, []
+        from dataclasses import replace
+        cfg = replace(self.core_config, roles=node.group.roles)
+        node.core = PeerCore(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),
+                             envelope_memo=self.memo)
+        self.live.add(i)
+        self.trace.record(self.loop.now, i, "start", {"incarnation": node.incarnation})
+        self._feed(i, Started((self.addr(i),)))
+        self._bootstrap(i)
+        if node.behaviour is not None:
+            node.behaviour.start(self, node)
+
+    def stop_peer(self, i: int, how: str) -> None:
+        """`how`: "leave" (graceful) or "crash" (state lost); either way its links close now."""
+        node = self.nodes[i]
+        if not node.up:
+            return
+        node.up = False
+        node.tick_at = None
+        self.live.discard(i)
+        self.trace.record(self.loop.now, i, how, {"incarnation": node.incarnation})
+        for j in sorted(self.router.conns[i]):
+            self._close(i, j, how, notify_self=False)
+        self.router.reset_peer(i)
+        for flow in self.flows.cancel_peer(i):
+            pass  # their requests fail below or by timeout
+        for seq in sorted(self._requests):
+            req = self._requests[seq]
+            if req.client == i or req.server == i:
+                self._fail(req, "peer gone")
+        node.core = None
+
+    def addr(self, i: int) -> str:
+        return f"/sim/{self.net.regions[self.net.region[i]]}/{i}"
+
+    # ------------------------------------------------------------------ driving cores
+
+    def _feed(self, i: int, inp) -> list:
+        node = self.nodes[i]
+        effects = node.core.handle(EPOCH + self.loop.now + node.skew, inp)
+        self.counts["core_calls"] += 1
+        handlers = self._effect_handlers
+        for effect in effects:
+            handlers[type(effect)](i, effect)
+            if not node.up:
+                return effects
+        self._schedule_tick(node)
+        return effects
+
+    def feed_later(self, delay: float, i: int, inp) -> None:
+        self.loop.after(delay, self._feed_if, i, self.nodes[i].incarnation, inp)
+
+    def _feed_if(self, i: int, incarnation: int, inp) -> None:
+        node = self.nodes[i]
+        if node.up and node.incarnation == incarnation:
+            self._feed(i, inp)
+
+    def command(self, i: int, name: str, args: dict) -> list:
+        self._command_id += 1
+        return self._feed(i, LocalCommand(self._command_id, name, args))
+
+    def _schedule_tick(self, node: Node) -> None:
+        deadline = node.core.next_deadline()
+        if deadline is None:
+            node.tick_at = None
+            return
+        at = deadline - EPOCH - node.skew
+        if at != node.tick_at:
+            node.tick_at = at
+            self.loop.at(at, self._tick, node, node.incarnation, at)
+
+    def _tick(self, node: Node, incarnation: int, at: float) -> None:
+        if node.up and node.incarnation == incarnation and node.tick_at == at:
+            node.tick_at = None
+            self._feed(node.index, Tick())
+
+    def _validate(self, j: int, msg: Msg, i: int) -> bool:
+        """The router hands a first arrival to peer j's core; its verdict decides forwarding."""
+        node = self.nodes[j]
+        effects = node.core.handle(EPOCH + self.loop.now + node.skew, MessageReceived(msg.topic, msg.data,
+                                                                                     self.nodes[i].identity.peer_id))
+        self.counts["core_calls"] += 1
+        self.counts["deliveries"] += 1
+        verdict = effects[0]
+        accepted = verdict.accepted
+        if accepted:
+            self.trace.record(self.loop.now, j, "deliver", {"m": msg.hex, "from": i})
+            if node.behaviour is not None:
+                node.behaviour.on_accepted(self, node, msg.topic, msg.data)
+        else:
+            self.counts["rejected"] += 1
+            self.trace.record(self.loop.now, j, "reject", {"m": msg.hex, "from": i, "why": verdict.reason})
+        if len(effects) > 1:
+            handlers = self._effect_handlers
+            for effect in effects[1:]:
+                handlers[type(effect)](j, effect)
+                if not node.up:
+                    return accepted
+        self._schedule_tick(node)
+        return accepted
+
+    def _on_drop(self, j: int, msg: Msg, i: int, why: str) -> None:
+        self.trace.record(self.loop.now, j, "drop", {"m": msg.hex, "from": i, "why": why})
+
+    # ------------------------------------------------------------------ effects
+
+    def _do_publish(self, i: int, e: Publish) -> None:
+        msg = self.router.publish(i, e.topic, e.data)
+        self.trace.record(self.loop.now, i, "publish", {"m": msg.hex, "topic": e.topic, "size": len(e.data)})
+
+    def attack(self, node: Node, topic: str, data: bytes) -> None:
+        """An adversary's raw push to all its neighbours."""
+        msg = self.router.inject(node.index, topic, data)
+        self.trace.record(self.loop.now, node.index, "attack", {"m": msg.hex, "topic": topic, "size": len(data),
+                                                                "kind": node.adversary})
+
+    def _do_subscribe(self, i: int, e: Subscribe) -> None:
+        self.router.subscribe(i, e.topic)
+        self.trace.record(self.loop.now, i, "sub", {"topic": e.topic})
+
+    def _do_unsubscribe(self, i: int, e: Unsubscribe) -> None:
+        self.router.unsubscribe(i, e.topic)
+        self.trace.record(self.loop.now, i, "unsub", {"topic": e.topic})
+
+    def _do_dial(self, i: int, e: Dial) -> None:
+        j = self.by_id.get(e.peer)
+        if j is None:
+            self.trace.record(self.loop.now, i, "dial", {"to": -1, "ok": False})
+            self.feed_later(self.scenario.network.dial_timeout, i, DialFailed(e.peer, "unknown address"))
+            return
+        self.dial(i, j)
+
+    def dial(self, i: int, j: int) -> None:
+        """Peer i dials peer j (its core asked, or the runtime bootstraps)."""
+        target = self.nodes[j]
+        self.trace.record(self.loop.now, i, "dial", {"to": j})
+        if j == i or j in self.router.conns[i]:
+            return
+        if not target.up or not self.net.reachable(i, j):
+            self.feed_later(self.scenario.network.dial_timeout, i, DialFailed(target.peer_id, "timeout"))
+            return
+        rtt_part = self.net.one_way(i, j)
+        self.loop.after(HANDSHAKE_TRIPS * rtt_part, self._establish, i, self.nodes[i].incarnation, j,
+                        target.incarnation)
+
+    def _establish(self, i: int, inc_i: int, j: int, inc_j: int) -> None:
+        a, b = self.nodes[i], self.nodes[j]
+        if not a.up or a.incarnation != inc_i:
+            return
+        why = ""
+        if not b.up or b.incarnation != inc_j or not self.net.reachable(i, j):
+            why = "unreachable"
+        elif i in b.banned:
+            why = "refused"
+        elif len(self.router.conns[j]) >= self.scenario.network.max_connections:
+            why = "connection limit"
+        if why:
+            self.trace.record(self.loop.now, i, "dial-failed", {"to": j, "why": why})
+            self._feed(i, DialFailed(b.peer_id, why))
+            return
+        if j in self.router.conns[i]:
+            return
+        self.router.connected(i, j)
+        self.trace.record(self.loop.now, i, "connect", {"to": j})
+        self._feed(i, PeerConnected(b.peer_id, (self.addr(j),)))
+        if b.up and a.up and j in self.router.conns[i]:
+            self._feed(j, PeerConnected(a.peer_id, (self.addr(i),)))
+
+    def _bootstrap(self, i: int) -> None:
+        """Like `node/`'s join list: dial a few live peers while we have none."""
+        node = self.nodes[i]
+        if not node.up or self.router.conns[i]:
+            return
+        candidates = [j for j in sorted(self.live) if j != i and self.net.reachable(i, j)]
+        for j in node.rng.sample(candidates, self.scenario.network.bootstrap):
+            self.dial(i, j)
+        self.loop.after(10.0, self._rejoin, i, node.incarnation)
+
+    def _rejoin(self, i: int, incarnation: int) -> None:
+        node = self.nodes[i]
+        if node.up and node.incarnation == incarnation and not self.router.conns[i]:
+            self._bootstrap(i)
+
+    def _do_disconnect(self, i: int, e: Disconnect) -> None:
+        j = self.by_id.get(e.peer)
+        if j is not None:
+            self._close(i, j, e.reason)
+
+    def _do_ban(self, i: int, e: Ban) -> None:
+        j = self.by_id.get(e.peer)
+        if j is None:
+            return
+        self.nodes[i].banned.add(j)
+        self.trace.record(self.loop.now, i, "ban", {"peer": j, "reason": e.reason})
+        self._close(i, j, "banned")
+
+    def _close(self, i: int, j: int, reason: str, notify_self: bool = True) -> None:
+        if j not in self.router.conns[i]:
+            return
+        self.router.disconnected(i, j)
+        self.trace.record(self.loop.now, i, "disconnect", {"peer": j, "reason": reason})
+        for seq in sorted(self._requests):
+            req = self._requests[seq]
+            if {req.client, req.server} == {i, j}:
+                self._fail(req, "connection closed")
+        if notify_self:
+            self.feed_later(0.0, i, PeerDisconnected(self.nodes[j].peer_id))
+        self.feed_later(0.0, j, PeerDisconnected(self.nodes[i].peer_id))
+        if self.nodes[j].up and not self.router.conns[j]:
+            self.loop.after(10.0, self._rejoin, j, self.nodes[j].incarnation)
+        if notify_self and self.nodes[i].up and not self.router.conns[i]:
+            self.loop.after(10.0, self._rejoin, i, self.nodes[i].incarnation)
+
+    # ---- request/response streams
+
+    def _do_request(self, i: int, e: SendRequest) -> None:
+        j = self.by_id.get(e.peer)
+        self._request_seq += 1
+        req = Request(self._request_seq, i, self.nodes[i].incarnation, -1 if j is None else j, e.request_id,
+                      e.protocol, e.data)
+        self.trace.record(self.loop.now, i, "request", {"to": req.server, "proto": e.protocol, "rid": e.request_id,
+                                                        "size": len(e.data)})
+        if j is None or j not in self.router.conns[i]:
+            req.done = True
+            self.feed_later(0.0, i, ResponseReceived(e.peer, e.protocol, e.request_id, error="not connected"))
+            return
+        self._requests[req.seq] = req
+        req.flow = self.flows.start(i, j, len(e.data) + STREAM_OVERHEAD, lambda fl, r=req: self._request_sent(r))
+        self.loop.after(e.timeout, self._timeout, req)
+
+    def _request_sent(self, req: Request) -> None:
+        req.flow = None
+        self.loop.after(self.net.one_way(req.client, req.server), self._request_arrives, req)
+
+    def _request_arrives(self, req: Request) -> None:
+        if req.done:
+            return
+        server = self.nodes[req.server]
+        if not server.up or req.client not in self.router.conns[req.server]:
+            self._fail(req, "connection closed")
+            return
+        self._server_rid += 1
+        server.served[self._server_rid] = req
+        self._feed(req.server, RequestReceived(self.nodes[req.client].peer_id, req.protocol, self._server_rid, req.data))
+
+    def _do_respond(self, j: int, e: Respond) -> None:
+        req = self.nodes[j].served.pop(e.request_id, None)
+        self.trace.record(self.loop.now, j, "respond", {"rid": e.request_id, "size": len(e.data),
+                                                        "error": e.error or ""})
+        if req is None or req.done:
+            return
+        req.flow = self.flows.start(j, req.client, len(e.data) + STREAM_OVERHEAD,
+                                    lambda fl, r=req, d=e.data, err=e.error: self._response_sent(r, d, err))
+
+    def _response_sent(self, req: Request, data: bytes, error: str | None) -> None:
+        req.flow = None
+        self.loop.after(self.net.one_way(req.server, req.client), self._response_arrives, req, data, error)
+
+    def _response_arrives(self, req: Request, data: bytes, error: str | None) -> None:
+        if req.done:
+            return
+        if req.server not in self.router.conns[req.client]:
+            self._fail(req, "connection closed")
+            return
+        req.done = True
+        self._requests.pop(req.seq, None)
+        client = self.nodes[req.client]
+        self.trace.record(self.loop.now, req.client, "response", {"from": req.server, "rid": req.rid,
+                                                                  "size": len(data), "error": error or ""})
+        if client.up and client.incarnation == req.client_inc:
+            self._feed(req.client, ResponseReceived(self.nodes[req.server].peer_id, req.protocol, req.rid, data, error))
+
+    def _timeout(self, req: Request) -> None:
+        self._fail(req, "timeout")
+
+    def _fail(self, req: Request, why: str) -> None:
+        if req.done:
+            return
+        req.done = True
+        self._requests.pop(req.seq, None)
+        if req.flow is not None:
+            self.flows.cancel(req.flow)
+            req.flow = None
+        client = self.nodes[req.client]
+        self.trace.record(self.loop.now, req.client, "response", {"from": req.server, "rid": req.rid, "size": 0,
+                                                                  "error": why})
+        if client.up and client.incarnation == req.client_inc:
+            peer = self.nodes[req.server].peer_id if req.server >= 0 else ""
+            self.feed_later(0.0, req.client, ResponseReceived(peer, req.protocol, req.rid, error=why))
+
+    # ---- jobs
+
+    def _do_job(self, i: int, e: RunJob) -> None:
+        node = self.nodes[i]
+        self.trace.record(self.loop.now, i, "job-queued", {"job": e.job_id, "kind": e.kind})
+        node.job_queue.append(e)
+        self._start_jobs(node)
+
+    def _start_jobs(self, node: Node) -> None:
+        while node.job_queue and node.jobs_running < self.scenario.job_slots:
+            job = node.job_queue.pop(0)
+            node.jobs_running += 1
+            executor = self.jobs.get(job.kind)
+            if executor is None:
+                outcome = JobOutcome(0.0, False, error=f"no executor for job kind {job.kind!r}")
+            else:
+                ctx = JobContext(node.index, node.peer_id, job.job_id, job.kind, job.payload,
+                                 bool(node.behaviour and node.behaviour.forges_jobs),
+                                 Rng(stable_seed("swarm-sim", self.seed, "job", node.index, node.incarnation, job.job_id)))
+                outcome = executor.run(ctx)
+            self.loop.after(outcome.duration, self._job_done, node, node.incarnation, job, outcome)
+
+    def _job_done(self, node: Node, incarnation: int, job: RunJob, outcome: JobOutcome) -> None:
+        if not node.up or node.incarnation != incarnation:
+            return
+        node.jobs_running -= 1
+        honest = getattr(outcome.result, "honest", None)
+        self.trace.record(self.loop.now, node.index, "job-done", {"job": job.job_id, "kind": job.kind, "ok": outcome.ok,
+                                                                  "honest": honest, "error": outcome.error})
+        self._feed(node.index, JobFinished(job.job_id, outcome.ok, outcome.result, outcome.error))
+        if node.up:
+            self._start_jobs(node)
+
+    # ---- events
+
+    def _do_emit(self, i: int, e: Emit) -> None:
+        self.trace.record(self.loop.now, i, "emit." + e.event, dict(e.fields))
+
+    def _do_result(self, i: int, e: CommandResult) -> None:
+        self.trace.record(self.loop.now, i, "command", {"id": e.command_id, "ok": e.ok, "error": e.error})
+
+    # ------------------------------------------------------------------ scenario actions
+
+    def announce_task(self, group: str, name: str, model: str, env: str, ttl: float) -> None:
+        for i in self.live_honest():
+            node = self.nodes[i]
+            if node.group.name == group:
+                now = self.core_now(node)
+                task = TaskAnnouncement(name=name, model=model, env=env, created_at=now, expires_at=now + ttl,
+                                        trainer_keys=(node.identity.public_key,), validator_keys=(), async_level=2,
+                                        params={})
+                self.trace.record(self.loop.now, i, "task", {"task_id": task.task_id, "name": name,
+                                                             "expires": round(ttl + self.loop.now, 6)})
+                self.command(i, "announce-task", {"task": task})
+                return
+        self.trace.record(self.loop.now, -1, "task-skipped", {"group": group, "why": "no live honest peer"})
+
+    def probe(self, size: int) -> None:
+        honest = self.live_honest()
+        if honest:
+            self.command(self.rng.choice(honest), "probe", {"size": size})
