@@ -44,6 +44,15 @@ class Backend(Protocol):
         ...
 
 
+def final_norm(model) -> torch.nn.Module:
+    """The final norm of a Llama-family Hugging Face model (`model.model.norm`), hooked for proofs."""
+    norm = getattr(getattr(model, "model", None), "norm", None)
+    if not isinstance(norm, torch.nn.Module):
+        raise TypeError(f"{type(model).__name__} has no model.model.norm; only Llama-family "
+                        "causal LMs (Llama, SmolLM2, Qwen2, Mistral) are supported")
+    return norm
+
+
 def gumbel_noise(generator: torch.Generator, vocab_size: int) -> torch.Tensor:
     """Next Gumbel(0, 1) vector from a per-sample generator (CPU, float32)."""
     u = torch.rand(vocab_size, generator=generator, dtype=torch.float32)
@@ -98,7 +107,7 @@ class TorchBackend:
         captured: list[torch.Tensor] = []
         hook = None
         if self.capture_hidden:
-            hook = model.model.norm.register_forward_hook(
+            hook = final_norm(model).register_forward_hook(
                 lambda _m, _i, o: captured.append(o[:, -1].to(torch.bfloat16)))
         gens = [torch.Generator().manual_seed(s) for s in seeds] if temperature > 0 else []
         tokens = torch.full((b, max_new_tokens), self.pad_id, dtype=torch.long)
@@ -148,7 +157,7 @@ def prefill(model, prompt_ids: list[int], token_ids: list[int]) -> tuple[torch.T
     """Recompute (raw logprobs float32 [n], final-norm hidden bf16 [n, H]) of `token_ids` after
     `prompt_ids` in one forward pass: what a validator runs to check a Completion."""
     captured: list[torch.Tensor] = []
-    hook = model.model.norm.register_forward_hook(lambda _m, _i, o: captured.append(o))
+    hook = final_norm(model).register_forward_hook(lambda _m, _i, o: captured.append(o))
     device = next(model.parameters()).device
     try:
         ids = torch.tensor([list(prompt_ids) + list(token_ids)], device=device)

@@ -26,7 +26,7 @@ class ModelLoadError(RuntimeError):
 
 
 def builtin_config():
-    """Config of the built-in model: about 2.7M parameters, enough to learn digit sorting on CPU."""
+    """Config of the built-in model: about 2.6M parameters, enough to learn digit sorting on CPU."""
     from transformers import LlamaConfig
 
     tok = CharTokenizer()
@@ -61,7 +61,8 @@ def create_builtin_model(seed: int = 0):
 def save_model(model, tokenizer, directory: str | os.PathLike) -> Path:
     """Write safetensors + config + tokenizer to `directory` atomically (temp dir, then rename).
 
-    A reader never sees a half-written checkpoint; an existing directory is replaced.
+    A reader never sees a half-written checkpoint (at worst, for an instant, no directory); an
+    existing directory is replaced.
     """
     target = Path(directory).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)

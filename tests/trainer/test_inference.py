@@ -92,3 +92,10 @@ def test_cuda_generation_matches_cpu_prefill(builtin):
     for c in out:
         logp, _ = prefill(model, c.prompt_ids, c.token_ids)
         assert torch.allclose(logp, c.logprobs, atol=1e-3)
+
+
+def test_final_norm_is_required():
+    from trainer.inference import final_norm
+
+    with pytest.raises(TypeError, match="model.model.norm"):
+        final_norm(torch.nn.Linear(2, 2))

@@ -1,0 +1,22 @@
+import copy
+
+from trainer.envs import DigitSort
+from trainer.grpo import GRPOConfig
+from trainer.single import SingleConfig, run_single
+
+
+def test_single_loop_runs_trains_and_reports(warmed):
+    model, tok, _, _ = warmed
+    model = copy.deepcopy(model)
+    before = model.lm_head.weight.detach().clone()
+    records = []
+    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=4, samples_per_prompt=4, lr=1e-4),
+                       seconds=60, max_steps=3, eval_every=2, eval_prompts=32)
+    history = run_single(model, tok, DigitSort(), cfg, log=records.append)
+    assert history == records and [r["step"] for r in history] == [0, 1, 2, 3]
+    for r in history[1:]:
+        assert 0.0 <= r["reward"] <= 1.0 and r["tokens"] > 0 and r["gen_s"] > 0
+    evals = [r for r in history if "greedy_acc" in r]
+    assert [r["step"] for r in evals] == [0, 2, 3]  # start, every 2, and the end
+    assert all(0.0 <= r["greedy_acc"] <= 1.0 and 0.0 <= r["sampled_acc"] <= 1.0 for r in evals)
+    assert not model.lm_head.weight.equal(before)

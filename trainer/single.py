@@ -1,0 +1,117 @@
+"""Single-process GRPO baseline: generate, score and train in one loop, no swarm.
+
+This is the yardstick the swarm is measured against (same prompts by assignment, same seeds, same
+GRPO), and the smallest end-to-end check that "the model learns". Run it:
+
+    python -m trainer.single --seconds 180
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from gossip.assignment import assign_prompts
+from trainer.envs import Environment, get_env
+from trainer.grpo import GRPOConfig, group_advantages, grpo_step, make_batch, make_optimizer
+from trainer.inference import Backend, TorchBackend
+from trainer.rollout import accuracy, generate_rollouts
+
+
+@dataclass
+class SingleConfig:
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    seconds: float = 180.0  # wall-clock budget for the RL loop (evaluation included)
+    max_steps: int | None = None  # stop after this many GRPO batches, whichever comes first
+    eval_every: int = 5  # held-out evaluation every N batches (and at start and end)
+    eval_prompts: int = 256  # held-out prompts per evaluation
+    task_id: str = "single"  # feeds prompt assignment and sampling seeds
+
+
+def evaluate(env: Environment, tokenizer, backend: Backend, cfg: SingleConfig, step: int) -> dict:
+    """Greedy and sampled (one seeded sample, temperature 1) held-out accuracy."""
+    n, m = cfg.eval_prompts, cfg.grpo.max_new_tokens
+    return {"greedy_acc": accuracy(env, tokenizer, backend, n, temperature=0.0, max_new_tokens=m),
+            "sampled_acc": accuracy(env, tokenizer, backend, n, temperature=1.0, max_new_tokens=m,
+                                    seed_tag=f"eval-{step}")}
+
+
+def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleConfig(),
+               log: Callable[[dict], None] | None = None) -> list[dict]:
+    """Train `model` in place with GRPO; returns one record per batch (evaluations included)."""
+    g = cfg.grpo
+    backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
+                           capture_hidden=False)
+    optimizer = make_optimizer(model, g)
+    history: list[dict] = []
+    start = time.monotonic()
+
+    def emit(record: dict) -> None:
+        record["elapsed_s"] = round(time.monotonic() - start, 2)
+        history.append(record)
+        if log is not None:
+            log(record)
+
+    def finished() -> bool:
+        return (time.monotonic() - start >= cfg.seconds
+                or (cfg.max_steps is not None and step >= cfg.max_steps))
+
+    emit({"step": 0, **evaluate(env, tokenizer, backend, cfg, 0)})
+    step = 0
+    while not finished():
+        t0 = time.monotonic()
+        indices = assign_prompts(cfg.task_id, b"local", step, g.prompts_per_step, env.n_prompts)
+        rollouts = generate_rollouts(env, tokenizer, backend, indices, samples=g.samples_per_prompt,
+                                     max_new_tokens=g.max_new_tokens, temperature=g.temperature,
+                                     task_id=cfg.task_id, policy_version=step)
+        t1 = time.monotonic()
+        rewards = torch.tensor([r.reward for r in rollouts])
+        adv = group_advantages(rewards, g.samples_per_prompt, g.std_normalize)
+        batch = make_batch([r.completion.prompt_ids for r in rollouts],
+                           [r.completion.token_ids for r in rollouts],
+                           [r.completion.logprobs for r in rollouts], adv, tokenizer.pad_token_id)
+        stats = grpo_step(model, optimizer, batch, g)
+        step += 1
+        record = {"step": step, "reward": float(rewards.mean()), "gen_s": round(t1 - t0, 3),
+                  "train_s": round(time.monotonic() - t1, 3),
+                  **{k: round(v, 5) for k, v in stats.items()}}
+        if step % cfg.eval_every == 0 or finished():  # the last batch is always evaluated
+            record.update(evaluate(env, tokenizer, backend, cfg, step))
+        emit(record)
+    return history
+
+
+def main(argv: list[str] | None = None) -> None:
+    from trainer.model import create_builtin_model, load_model
+    from trainer.warmup import WarmupConfig, warmup
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", help="model directory (default: built-in model, warmed up here)")
+    ap.add_argument("--env", default="digit-sort")
+    ap.add_argument("--seconds", type=float, default=180.0)
+    ap.add_argument("--max-steps", type=int)
+    ap.add_argument("--lr", type=float, default=GRPOConfig.lr)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    env = get_env(args.env)
+    if args.model:
+        model, tokenizer = load_model(args.model)
+    else:
+        model, tokenizer = create_builtin_model(args.seed)
+        t0 = time.monotonic()
+        warmup(model, tokenizer, env, WarmupConfig(seed=args.seed))
+        print(json.dumps({"warmup_s": round(time.monotonic() - t0, 1)}), flush=True)
+    cfg = SingleConfig(grpo=GRPOConfig(lr=args.lr), seconds=args.seconds, max_steps=args.max_steps)
+    print(json.dumps({"config": asdict(cfg)}), flush=True)
+    run_single(model, tokenizer, env, cfg, log=lambda r: print(json.dumps(r), flush=True))
+
+
+if __name__ == "__main__":
+    main()

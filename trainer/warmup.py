@@ -1,0 +1,72 @@
+"""Supervised warm-up: teacher forcing on correct answers so RL starts from a weak, not zero, policy.
+
+GRPO learns nothing from a group whose samples are all wrong (every advantage is zero), so a random
+model never gets a signal on digit sorting. A short seeded supervised phase brings greedy held-out
+accuracy to roughly 0.25-0.40: good enough that most groups mix right and wrong answers, weak
+enough that RL has something to do.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from trainer.envs import Environment
+
+
+@dataclass
+class WarmupConfig:
+    steps: int = 65  # optimizer steps: 0.32 greedy held-out accuracy from seed 0 (1 or 2 threads)
+    batch_size: int = 64  # training prompts per step
+    lr: float = 1e-3  # AdamW learning rate, linear decay to 0 over the run
+    seed: int = 0  # picks the training prompts (with torch's RNG untouched)
+
+
+def supervised_batch(env: Environment, tokenizer, indices: list[int]):
+    """(input_ids [B, L], loss mask [B, L-1]) for prompt + answer + eos, right-padded.
+    Only answer and eos tokens are scored: the model must not learn to predict random digits."""
+    seqs, starts = [], []
+    for i in indices:
+        p = env.prompt(i, "train")
+        prompt_ids = env.prompt_ids(tokenizer, p)
+        answer_ids = tokenizer(p.answer, add_special_tokens=False)["input_ids"]
+        seqs.append(prompt_ids + answer_ids + [tokenizer.eos_token_id])
+        starts.append(len(prompt_ids))
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width - 1))
+    for k, (s, start) in enumerate(zip(seqs, starts)):
+        ids[k, :len(s)] = torch.tensor(s)
+        mask[k, start - 1:len(s) - 1] = 1
+    return ids, mask
+
+
+def warmup(model, tokenizer, env: Environment, cfg: WarmupConfig = WarmupConfig(),
+           progress: Callable[[int, int, float], None] | None = None) -> list[float]:
+    """Train `model` in place; calls progress(step, total, loss) after each step. Returns losses."""
+    device = next(model.parameters()).device
+    rng = random.Random(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1 - s / cfg.steps)
+    losses = []
+    model.train()
+    for step in range(cfg.steps):
+        indices = [rng.randrange(1 << 30) for _ in range(cfg.batch_size)]
+        ids, mask = supervised_batch(env, tokenizer, indices)
+        ids, mask = ids.to(device), mask.to(device)
+        logits = model(input_ids=ids).logits[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (nll * mask).sum() / mask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(float(loss.detach()))
+        if progress is not None:
+            progress(step + 1, cfg.steps, losses[-1])
+    model.eval()
+    return losses
