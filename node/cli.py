@@ -104,7 +104,7 @@ def cmd_id(args) -> int:
 
 def cmd_start(args) -> int:
     from node.config import NodeConfig
-    from node.keystore import KeyFileError, key_path
+    from node.keystore import KeyFileError, load_or_create_identity
     from node.runtime import PEERS_FILE
     if not args.bootstrap and not args.join and not (args.data_dir / PEERS_FILE).exists():
         return _fail("say --bootstrap to start a new swarm, or --join MULTIADDR to join one "
@@ -116,9 +116,11 @@ def cmd_start(args) -> int:
     except ValueError as exc:
         return _fail(str(exc), 2)
     try:
-        return _run_until_signal(cfg)
+        load_or_create_identity(cfg.data_dir)  # a bad key file fails here, before anything starts
     except KeyFileError as exc:
-        return _fail(f"{exc}")
+        return _fail(str(exc))
+    try:
+        return _run_until_signal(cfg)
     except OSError as exc:
         return _fail(f"cannot listen on {args.host}:{args.port}: {exc}")
 
@@ -141,8 +143,21 @@ def _run_until_signal(cfg) -> int:
                         nursery.cancel_scope.cancel()
                         return
             nursery.start_soon(stop_on_signal)
-    trio.run(main_task)
+    try:
+        trio.run(main_task)
+    except BaseExceptionGroup as group:  # nurseries wrap errors; show the one that matters plainly
+        leaves = _leaves(group)
+        if len(leaves) == 1 and isinstance(leaves[0], OSError):
+            raise leaves[0] from None
+        raise
     return 0
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    out = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
 
 
 def cmd_status(args) -> int:
