@@ -6,12 +6,18 @@ Each choice below answers a measured py-libp2p 0.8.1 trap (DESIGN.md):
 - gossipsub: advertise /meshsub/1.1.0 only (1.2's IDONTWANT floods the 32-slot send queue), spam
   protection off (10 msg/s per topic cap), adaptive gossip off (stretches the heartbeat to 30-60 s),
   eclipse protection off (IP diversity is meaningless for peers sharing a machine or NAT);
-- auto-connector off: it redials peerstore entries, which would undo disconnect() of a cheater.
+- auto-connector off: it redials peerstore entries, which would undo disconnect() of a cheater;
+- pubsub signing off and message ids = blake2b(data): every payload is already an Ed25519-signed
+  envelope (gossip/envelope.py), so libp2p's own per-message signature is a second sign and verify
+  for nothing. Content ids also mean nobody can pre-empt a peer's message by reusing its
+  (from, seqno) id, which unsigned default ids would allow; and a replayed envelope is one id.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
+from typing import Any
 
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -28,6 +34,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
 from .config import HostConfig
+from . import records
 from .guard import GuardedGossipSub, GuardedPubsub
 from .stats import HostStats
 
@@ -41,6 +48,10 @@ class DisabledAutoConnector(AutoConnector):
         self._started = False
 
 
+def content_msg_id(msg: Any) -> bytes:
+    return hashlib.blake2b(bytes(msg.data), digest_size=20).digest()
+
+
 @dataclass
 class Parts:
     host: BasicHost
@@ -50,6 +61,7 @@ class Parts:
 
 
 def build(config: HostConfig, stats: HostStats) -> Parts:
+    records.install()
     key_pair = create_new_key_pair(bytes(config.seed))
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     listen_addr = Multiaddr(f"/ip4/{config.listen_host}/tcp/{config.port}")
@@ -79,5 +91,6 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
         eclipse_protection_enabled=False,
         guard_stats=stats,
     )
-    pubsub = GuardedPubsub(host, router, strict_signing=True, guard_stats=stats)
+    pubsub = GuardedPubsub(host, router, strict_signing=False, msg_id_constructor=content_msg_id,
+                           guard_stats=stats)
     return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr)

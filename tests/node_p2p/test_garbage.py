@@ -2,7 +2,8 @@
 
 Without node/p2p/guard.py, two of these payloads kill a py-libp2p 0.8.1 host outright: a length-
 prefixed non-protobuf frame on /meshsub (DecodeError escapes Pubsub.stream_handler) and a published
-message whose signing key does not parse (signature_validator re-raises inside the push_msg task).
+message whose signing key does not parse (signature_validator re-raises inside the push_msg task,
+when libp2p's own message signing is on; ours is off, see node/p2p/build.py).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ async def test_garbage_everywhere_then_still_serving():
 
             errors = victim.stats.guarded_errors
             assert errors["/meshsub/1.1.0"] >= 1, dict(errors)  # DecodeError contained
-            assert errors["pubsub/push_msg"] >= 1, dict(errors)  # bad signing key contained
+            # The bad-signing-key message only reaches libp2p's signature check with strict signing on;
+            # our hosts sign at the envelope layer instead (build.py), so here it must simply be harmless.
             failed = victim.stats.requests_failed
             assert failed["too_large"] >= 1 and failed["bad_varint"] >= 1 and failed["truncated"] >= 1, dict(failed)
 
