@@ -111,8 +111,15 @@ class Replay(Behaviour):
             raise ValueError("replay: max_age must be >= min_age")
         self.store: deque = deque(maxlen=self.params["keep"])
 
+        self._next_store = 0.0
+
     def on_accepted(self, sim, node, topic, data):
-        self.store.append((sim.loop.now, topic, data))
+        # Keep about `rate` messages per second, so the store spans keep/rate seconds of history
+        # whatever the traffic (a burst of spam would otherwise flush every old message out).
+        now = sim.loop.now
+        if now >= self._next_store:
+            self._next_store = now + 1.0 / self.params["rate"]
+            self.store.append((now, topic, data))
 
     def act(self, sim, node):
         now = sim.loop.now
@@ -147,15 +154,17 @@ class Spam(Behaviour):
         if node.up and node.incarnation == incarnation:
             sim.attack(node, topics.PROBE, seal(node.identity, _probe(sim, node, self.params["size"])).wire)
 
-    def is_detectable(self, sender_rate: float) -> bool:
-        return self.params["rate"] > sender_rate
+    def is_detectable(self, sender_rate: float, sender_burst: float) -> bool:
+        """Only bursts that overflow the core's per-signer token bucket get rate-limited (and banned)."""
+        rate, burst = self.params["rate"], self.params["burst"]
+        return rate > sender_rate and rate * burst > sender_burst + sender_rate * burst
 
 
 class SybilFlood(Spam):
     """Spam from many identities at once: the controller starts every member's bursts together."""
 
     kind = "sybil-flood"
-    PARAMS = {"rate": (float, 1, 100_000, 300.0), "burst": (float, 0.1, 3600, 3.0),
+    PARAMS = {"rate": (float, 1, 100_000, 400.0), "burst": (float, 0.1, 3600, 3.0),
               "every": (float, 1, 86400, 60.0), "size": (int, 0, 60_000, 256)}
 
 
@@ -164,7 +173,9 @@ class Oversized(Behaviour):
     PARAMS = {"rate": (float, 0.01, 100, 0.5)}
 
     def act(self, sim, node):
-        sim.attack(node, topics.PROBE, b"\x81" + bytes(MAX_ENVELOPE))
+        # Distinct bytes each time: identical ones would be dropped by gossipsub's seen-cache.
+        node.attack_seq += 1
+        sim.attack(node, topics.PROBE, b"\x81" + node.attack_seq.to_bytes(8, "big") + bytes(MAX_ENVELOPE - 8))
 
 
 class Malformed(Behaviour):
@@ -243,7 +254,7 @@ def make(kind: str, params: dict, group: GroupController) -> Behaviour:
     return KINDS[kind](params, group)
 
 
-def detectable(behaviour: Behaviour, sender_rate: float) -> bool:
+def detectable(behaviour: Behaviour, sender_rate: float, sender_burst: float) -> bool:
     if isinstance(behaviour, Spam):
-        return behaviour.is_detectable(sender_rate)
+        return behaviour.is_detectable(sender_rate, sender_burst)
     return behaviour.detectable

@@ -239,7 +239,9 @@ class Delivery(Check):
     """Gossip delivery to live honest peers, and latency, for messages honest peers publish.
 
     A receiver is live for a message if it is honest, its incarnation started JOIN_SETTLE s before
-    the publish and it stays up until `grace` after it. Messages on the global topics are measured
+    the publish and it stays up until `grace` after it; the publisher must have been up that long
+    too (a peer's first heartbeat is published before it has any connection, so it reaches nobody,
+    in gossipsub as here). Messages on the global topics are measured
     (every subscribed peer must get them); status heartbeats are sampled by id in big swarms to bound
     memory. Messages published within `grace` of the end, or while a partition is in force, are not
     measured.
@@ -280,6 +282,8 @@ class Delivery(Check):
         for mid, (t0, publisher, topic, got) in sorted(self.msgs.items(), key=lambda kv: (kv[1][0], kv[0])):
             if t0 + self.grace > end or any(a - self.grace <= t0 <= b for a, b in self.partitions):
                 continue
+            if not self.peers.up_throughout(publisher, t0 - JOIN_SETTLE, t0):
+                continue  # a peer's first heartbeat goes out before it has any link: nobody can get it
             counts = by_topic.setdefault(topic, [0, 0])
             measured += 1
             for p in honest:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from simulator.loop import EventLoop
-from simulator.network import Network
+from simulator.network import FRAME_OVERHEAD, Network
 from swarm.rng import Rng
 
 PHASES = 10
@@ -280,12 +280,30 @@ class GossipRouter:
         self._activate(i)
 
     def _send(self, i: int, j: int, msg: Msg) -> None:
-        arrival = self.net.frame(self.loop.now, i, j, msg.size)
-        if j in msg.seen:
-            return  # a duplicate: it only costs bytes
-        if arrival < 0.0:
-            self.on_drop(j, msg, i, "lost" if self.net.side[i] == self.net.side[j] else "partition")
+        # Network.frame inlined: this runs for every copy of every message.
+        net = self.net
+        size = msg.size + FRAME_OVERHEAD
+        up, down = net.up_Bps[i], net.down_Bps[j]
+        now = self.loop.now
+        start = net.up_free[i]
+        if start < now:
+            start = now
+        done = start + size / (up if up < down else down)
+        net.up_free[i] = done
+        net.bytes_out[i] += size
+        if net.side[i] != net.side[j]:
+            if j not in msg.seen:
+                self.on_drop(j, msg, i, "partition")
             return
+        if j in msg.seen:
+            net.bytes_in[j] += size
+            return  # a duplicate: it only costs bytes
+        if net.loss > 0.0 and net.rng.random() < net.loss:
+            net.frames_lost += 1
+            self.on_drop(j, msg, i, "lost")
+            return
+        net.bytes_in[j] += size
+        arrival = done + net.latency[net.region[i]][net.region[j]] + net.extra_delay[j]
         best = msg.best.get(j)
         if best is not None and best <= arrival:
             return  # an earlier copy is already on its way
@@ -327,11 +345,10 @@ class GossipRouter:
         active = self._active[phase]
         if not active:
             return
-        keep = set()
+        self._active[phase] = keep = set()  # peers activated while this phase runs land here too
         for i in sorted(active):
             if self._heartbeat(i):
                 keep.add(i)
-        self._active[phase] = keep
 
     def _heartbeat(self, i: int) -> bool:
         """One peer's heartbeat; True if it has work at its next heartbeat too."""

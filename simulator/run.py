@@ -60,11 +60,11 @@ def run_scenario(scenario: Scenario, trace_path: str | None = None,
     sim, faults = prepare(scenario, trace)
     if on_start is not None:
         on_start(faults)
-    wall = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     end = scenario.duration
     sim.loop.run(end, None if on_progress is None else (lambda t: on_progress(t, end)),
                  progress_every=max(end / 200, 1.0))
-    wall = time.perf_counter() - wall
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     for i in range(len(sim.nodes)):
         trace.record(end, i, "bytes", {"in": sim.net.bytes_in[i], "out": sim.net.bytes_out[i]})
     trace.record(end, -1, "end", {"events": sim.loop.events_run, "peers": len(sim.nodes), "live": len(sim.live),
@@ -73,7 +73,7 @@ def run_scenario(scenario: Scenario, trace_path: str | None = None,
     trace.close()
     checks = evaluator.results(end, scenario.settle)
     metrics = evaluator.metrics(end, end)
-    stats = {"wall_s": round(wall, 3), "events": sim.loop.events_run, "trace_lines": trace.lines,
+    stats = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "events": sim.loop.events_run, "trace_lines": trace.lines,
              "sim_s_per_wall_s": round(end / wall, 3) if wall > 0 else None,
              "events_per_s": round(sim.loop.events_run / wall) if wall > 0 else None,
              "peers_created": len(sim.nodes), "peers_live_at_end": len(sim.live),

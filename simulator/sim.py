@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gossip.envelope import EnvelopeMemo
 from gossip.identity import Identity
 from gossip.messages import TaskAnnouncement
-from simulator import adversaries
+from simulator import adversaries, speedups
 from simulator.flows import Flow, FlowScheduler
 from simulator.gossip_model import GossipRouter, Msg
 from simulator.loop import EventLoop
@@ -33,6 +33,7 @@ from swarm.rng import Rng, stable_seed
 EPOCH = 1.8e9  # virtual wall-clock origin, so message timestamps look like real ones
 STREAM_OVERHEAD = 200  # bytes: stream open, protocol negotiation, framing
 HANDSHAKE_TRIPS = 3  # one-way trips to connect: TCP, Noise, multistream/yamux
+REJOIN_AFTER = 10.0  # like node/'s join loop: re-dial bootstrap peers while we have no links
 
 
 @dataclass(eq=False)
@@ -52,6 +53,7 @@ class Node:
     job_queue: list = field(default_factory=list)
     started_at: float = 0.0
     attack_seq: int = 0
+    rejoin_pending: bool = False
     rng: Rng | None = None  # the simulator's stream for this peer (adversary choices, jobs)
 
     @property
@@ -79,6 +81,7 @@ class Request:
 class Simulation:
     def __init__(self, scenario: Scenario, trace: Trace) -> None:
         self.scenario = s = scenario
+        speedups.install()
         self.seed = s.seed
         self.trace = trace
         self.loop = EventLoop()
@@ -101,6 +104,7 @@ class Simulation:
         self._command_id = 0
         self._region_rr: dict[str, int] = {}
         self.attack_until = s.duration - s.settle
+        self._observe_deliver = trace.observed("deliver")
         self.counts = {"deliveries": 0, "core_calls": 0, "rejected": 0}
         self._effect_handlers = {
             Publish: self._do_publish, Subscribe: self._do_subscribe, Unsubscribe: self._do_unsubscribe,
@@ -159,7 +163,8 @@ class Simulation:
         self.trace.record(self.loop.now, index, "peer", {
             "id": identity.peer_id, "group": group.name, "adversary": group.adversary, "region": regions[region],
             "up_mbps": group.up_mbps, "down_mbps": group.down_mbps, "skew": round(skew, 6),
-            "detectable": bool(behaviour and adversaries.detectable(behaviour, self.core_config.sender_rate))})
+            "detectable": bool(behaviour and adversaries.detectable(behaviour, self.core_config.sender_rate,
+                                                                    self.core_config.sender_burst))})
         return index
 
     def start_peer(self, i: int) -> None:
@@ -172,6 +177,7 @@ class Simulation:
         node.banned = set()
         node.served = {}
         node.jobs_running, node.job_queue = 0, []
+        node.rejoin_pending = False
         from dataclasses import replace
         cfg = replace(self.core_config, roles=node.group.roles)
         node.core = PeerCore(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),
@@ -257,7 +263,9 @@ class Simulation:
         verdict = effects[0]
         accepted = verdict.accepted
         if accepted:
-            self.trace.record(self.loop.now, j, "deliver", {"m": msg.hex, "from": i})
+            # Hand-built canonical JSON (sorted keys): this is the hottest record.
+            self.trace.record_raw(self.loop.now, j, "deliver", f'{{"from":{i},"m":"{msg.hex}"}}',
+                                  {"from": i, "m": msg.hex} if self._observe_deliver else None)
             if node.behaviour is not None:
                 node.behaviour.on_accepted(self, node, msg.topic, msg.data)
         else:
@@ -347,11 +355,21 @@ class Simulation:
         candidates = [j for j in sorted(self.live) if j != i and self.net.reachable(i, j)]
         for j in node.rng.sample(candidates, self.scenario.network.bootstrap):
             self.dial(i, j)
-        self.loop.after(10.0, self._rejoin, i, node.incarnation)
+        self._schedule_rejoin(i)
+
+    def _schedule_rejoin(self, i: int) -> None:
+        """At most one pending re-bootstrap per peer, `REJOIN_AFTER` s after it lost its last link."""
+        node = self.nodes[i]
+        if node.up and not node.rejoin_pending:
+            node.rejoin_pending = True
+            self.loop.after(REJOIN_AFTER, self._rejoin, i, node.incarnation)
 
     def _rejoin(self, i: int, incarnation: int) -> None:
         node = self.nodes[i]
-        if node.up and node.incarnation == incarnation and not self.router.conns[i]:
+        if node.incarnation != incarnation:
+            return
+        node.rejoin_pending = False
+        if node.up and not self.router.conns[i]:
             self._bootstrap(i)
 
     def _do_disconnect(self, i: int, e: Disconnect) -> None:
@@ -379,10 +397,10 @@ class Simulation:
         if notify_self:
             self.feed_later(0.0, i, PeerDisconnected(self.nodes[j].peer_id))
         self.feed_later(0.0, j, PeerDisconnected(self.nodes[i].peer_id))
-        if self.nodes[j].up and not self.router.conns[j]:
-            self.loop.after(10.0, self._rejoin, j, self.nodes[j].incarnation)
-        if notify_self and self.nodes[i].up and not self.router.conns[i]:
-            self.loop.after(10.0, self._rejoin, i, self.nodes[i].incarnation)
+        if not self.router.conns[j]:
+            self._schedule_rejoin(j)
+        if notify_self and not self.router.conns[i]:
+            self._schedule_rejoin(i)
 
     # ---- request/response streams
 
@@ -497,7 +515,13 @@ class Simulation:
     # ---- events
 
     def _do_emit(self, i: int, e: Emit) -> None:
-        self.trace.record(self.loop.now, i, "emit." + e.event, dict(e.fields))
+        fields = e.fields
+        if len(fields) == 1:
+            peer = fields.get("peer")
+            if type(peer) is str and peer.isalnum():  # the many peer-alive/-connected events: skip json
+                self.trace.record_raw(self.loop.now, i, "emit." + e.event, f'{{"peer":"{peer}"}}', dict(fields))
+                return
+        self.trace.record(self.loop.now, i, "emit." + e.event, dict(fields))
 
     def _do_result(self, i: int, e: CommandResult) -> None:
         self.trace.record(self.loop.now, i, "command", {"id": e.command_id, "ok": e.ok, "error": e.error})

@@ -35,15 +35,23 @@ class Trace:
         self._observers.setdefault(kind, []).append(fn)
 
     def record(self, t: float, peer: int, kind: str, fields: dict) -> None:
-        body = _dumps(fields)
+        self.record_raw(t, peer, kind, _dumps(fields), fields)
+
+    def record_raw(self, t: float, peer: int, kind: str, body: str, fields: dict | None) -> None:
+        """`body` must be the canonical JSON of `fields`; `fields` may be None if nobody observes `kind`."""
         self._buf.append(f"{round(t * 1e6)} {peer} {kind} {body}\n")
         self.lines += 1
         if len(self._buf) >= self._batch:
             self._flush()
         observers = self._observers.get(kind)
         if observers:
+            if fields is None:
+                fields = json.loads(body)
             for fn in observers:
                 fn(t, peer, kind, fields)
+
+    def observed(self, kind: str) -> bool:
+        return kind in self._observers
 
     def _flush(self) -> None:
         chunk = "".join(self._buf)

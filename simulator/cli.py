@@ -1,0 +1,120 @@
+"""`swarm-sim`: run a scenario, list the shipped ones.
+
+    swarm-sim list
+    swarm-sim run smoke [--seed N] [--json] [--trace FILE] [--quiet]
+
+The seed and the fault settings derived from it are printed first (stderr), so any failing run can be
+replayed exactly with `--seed`. Exit status: 0 when every check the scenario requires holds, 1 when
+one fails, 2 for a bad scenario or usage. Heavy modules are imported only when running, so `--help`
+and `list` are instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _progress(stream):
+    state = {"last": -1}
+
+    def show(t: float, end: float) -> None:
+        pct = int(100 * t / end) if end else 100
+        if pct == state["last"]:
+            return
+        state["last"] = pct
+        filled = pct * 30 // 100
+        stream.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {pct:3d}%  t={t:,.0f}/{end:,.0f} s simulated")
+        stream.flush()
+    return show
+
+
+def _summary(result) -> str:
+    m = result.metrics
+    d, b = m["delivery"], m["bytes"]
+    lines = [f"scenario {result.scenario}  seed {result.seed}  {result.duration:g} s simulated  "
+             f"in {result.stats['wall_s']:.1f} s wall ({result.stats['sim_s_per_wall_s']} sim-s/s, "
+             f"{result.stats['events']:,} events)",
+             f"trace_hash {result.trace_hash}",
+             f"peers: {result.stats['peers_created']} created, {result.stats['peers_live_at_end']} live at the end"]
+    if d["ratio"] is not None:
+        lat = d["latency_ms"]
+        lines.append(f"gossip delivery to live honest peers: {d['delivered']}/{d['expected']} "
+                     f"({100 * d['ratio']:.3f}%), latency p50 {lat[50]} ms, p99 {lat[99]} ms, max {lat[100]} ms")
+    if b["peers"]:
+        lines.append(f"bytes on the wire per peer: mean {b['per_peer_mean']:,} (p99 {b['per_peer_p99']:,}), "
+                     f"{b['per_peer_mean_Bps']:,} B/s")
+    vs = m["version_spread"]
+    lines.append(f"weight versions: {vs['versions']} seen, {vs['reached_95']} reached 95% of peers"
+                 + (f" (p50 {vs['seconds_p50']:.1f} s)" if vs["seconds_p50"] is not None else ""))
+    for name, check in result.checks.items():
+        req = name in result.required
+        mark = ("PASS" if check.ok else "FAIL") if req else ("pass" if check.ok else "info")
+        lines.append(f"  {mark:4}  {name:20} {check.detail}")
+        if req and not check.ok:
+            for v in check.violations[:5]:
+                lines.append(f"          {json.dumps(v, sort_keys=True)}")
+    lines.append("OK" if result.ok else f"FAILED: {', '.join(result.failed)}")
+    return "\n".join(lines)
+
+
+def _run(args) -> int:
+    from simulator.run import run_scenario
+    from simulator.scenario import ScenarioError, load, with_seed
+    try:
+        scenario = with_seed(load(args.scenario), args.seed)
+    except ScenarioError as exc:
+        print(f"swarm-sim: {exc}", file=sys.stderr)
+        return 2
+    err = sys.stderr
+
+    def on_start(faults: dict) -> None:
+        print(f"swarm-sim: scenario {scenario.name}, seed {scenario.seed} (replay with --seed {scenario.seed}), "
+              f"{scenario.total_peers} peers, {scenario.duration:g} s", file=err)
+        print(f"swarm-sim: faults {json.dumps(faults, sort_keys=True)}", file=err)
+
+    show = None if args.quiet or not err.isatty() and not args.progress else _progress(err)
+    result = run_scenario(scenario, trace_path=args.trace, on_progress=show, on_start=on_start)
+    if show is not None:
+        err.write("\n")
+    if args.json:
+        print(json.dumps(result.as_dict(), sort_keys=True, default=str))
+    else:
+        print(_summary(result))
+    return 0 if result.ok else 1
+
+
+def _list(args) -> int:
+    from simulator.scenario import ScenarioError, load, shipped
+    for name in shipped():
+        try:
+            s = load(name)
+            print(f"{name:12} {s.total_peers:5} peers  {s.duration:7g} s  {s.description}")
+        except ScenarioError as exc:
+            print(f"{name:12} BROKEN: {exc}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="swarm-sim", description="Deterministic swarm simulator: the real "
+                                     "PeerCore on a virtual network with churn, faults and adversaries.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario (a .toml file or a shipped name)")
+    run.add_argument("scenario")
+    run.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
+    run.set_defaults(fn=_run)
+    lst = sub.add_parser("list", help="list the shipped scenarios")
+    lst.set_defaults(fn=_list)
+    args = parser.parse_args(argv)
+    if getattr(args, "seed", None) is not None and not 0 <= args.seed < 2**63:
+        parser.error("--seed must be in [0, 2**63)")
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
