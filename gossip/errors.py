@@ -23,6 +23,7 @@ UNAUTHORIZED = "unauthorized"
 WRONG_TOPIC = "wrong-topic"
 UNKNOWN_TASK = "unknown-task"
 RATE_LIMITED = "rate-limited"
+TOO_OLD = "too-old"  # a rollout from a policy older than the task's async window allows
 CAPACITY = "capacity"  # we are full (too many tasks, say): not the sender's fault
 
 

@@ -17,15 +17,18 @@ from gossip import errors, topics
 from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity, peer_id_from_public_key
-from gossip.messages import Message, Probe, StatusHeartbeat, TaskAnnouncement
+from gossip.messages import Message, Probe, StatusHeartbeat, TaskAnnouncement, WeightManifest
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols
 from swarm.io import (Ban, CommandResult, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      ResponseReceived, SendRequest, Started, Subscribe, Tick)
+                      ResponseReceived, RunJob, SendRequest, Started, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
 from swarm.ratelimit import TokenBuckets
+from swarm.roles.base import Role
+from swarm.roles.trainer import TrainerRole
+from swarm.roles.worker import WorkerRole
 from swarm.rng import Rng
 from swarm.stats import GossipStats
 from swarm.tasks import TaskBook
@@ -75,7 +78,12 @@ class PeerCore:
         self.started_at: float | None = None
         self.timers = Timers()
         self._next_request_id = 1
-        self._requests: dict[int, tuple[str, str, float]] = {}  # id -> (peer, protocol, deadline)
+        # request id -> (peer, protocol, deadline, owning role or None for the core, the role's tag)
+        self._requests: dict[int, tuple[str, str, float, Role | None, object]] = {}
+        self._next_job_id = 1
+        self._jobs: dict[int, tuple[Role, object]] = {}
+        role_classes = {"worker": WorkerRole, "trainer": TrainerRole}
+        self.roles: list[Role] = [role_classes[r](self) for r in self.config.roles if r in role_classes]
         self._heartbeat_seq = -1
         self._probe_seq = -1
         self._signer_ids: dict[bytes, str] = {}
@@ -110,7 +118,8 @@ class PeerCore:
         if isinstance(inp, LocalCommand):
             return self._on_command(now, inp)
         if isinstance(inp, JobFinished):
-            return []
+            owner = self._jobs.pop(inp.job_id, None)
+            return owner[0].on_job_finished(now, owner[1], inp) if owner else []
         raise TypeError(f"PeerCore cannot handle {type(inp).__name__}")
 
     def is_banned(self, peer: str) -> bool:
@@ -140,6 +149,11 @@ class PeerCore:
             elif name == "maintain":
                 effects += self.membership.maintain(now, self.rng, self.ledger.is_banned)
                 self.timers.set("maintain", now + self.config.maintain_interval)
+            else:
+                prefix = name.split(":", 1)[0]
+                for role in self.roles:
+                    if role.name == prefix:
+                        effects += role.on_timer(now, name)
         return effects
 
     def _heartbeat(self, now: float, interval: float) -> StatusHeartbeat:
@@ -150,6 +164,28 @@ class PeerCore:
             listen_addrs=self.listen_addrs[:8], tasks=self.tasks.ids()[:32],
             versions={k: v for k, v in sorted(self.versions.items())[:32]},
             known_peers=self.membership.exchange_sample(self.rng))
+
+    # ------------------------------------------------------------------ what roles may ask of the core
+
+    def publish(self, now: float, topic: str, message: Message) -> list:
+        return self._publish(now, topic, message)
+
+    def new_job(self, owner: Role, tag: object, kind: str, payload: object) -> RunJob:
+        job_id = self._next_job_id
+        self._next_job_id += 1
+        self._jobs[job_id] = (owner, tag)
+        return RunJob(job_id, kind, payload)
+
+    def new_request(self, now: float, owner: Role, tag: object, peer: str, protocol: str, data: bytes,
+                    timeout: float = 10.0) -> SendRequest:
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        self._requests[request_id] = (peer, protocol, now + timeout * 2, owner, tag)
+        return SendRequest(peer, protocol, request_id, data, timeout)
+
+    def set_timer(self, name: str, at: float) -> None:
+        """Role timers are named '<role>:...'; Tick routes them back to that role."""
+        self.timers.set(name, at)
 
     def _publish(self, now: float, topic: str, message: Message) -> list:
         signed = seal(self.identity, message)
@@ -214,14 +250,23 @@ class PeerCore:
             self.stats.on_delivered("status", now - message.sent_at)
             return effects + self._ask_for_tasks(now, message.tasks, signer, forwarder)
         if isinstance(message, TaskAnnouncement):
-            effects = self.tasks.add(now, signed)
             self.stats.on_delivered("task", None)
-            return effects
+            return self._learn_task(now, signed)
         if isinstance(message, Probe):
             self._check_window(now, message.sent_at, "probe")
             self.stats.on_delivered("probe", now - message.sent_at)
             return []
         return self._on_task_message(now, topic, signed, signer)
+
+    def _learn_task(self, now: float, signed: SignedMessage) -> list:
+        """Store a task (raises Rejected); roles hear about it the first time only."""
+        task_id = signed.message.task_id
+        new = task_id not in self.tasks.tasks
+        effects = self.tasks.add(now, signed)
+        if new:
+            for role in self.roles:
+                effects += role.on_task(now, self.tasks.tasks[task_id])
+        return effects
 
     def _check_window(self, now: float, at: float, what: str) -> None:
         if at < now - self.config.message_window or at > now + self.config.clock_skew:
@@ -235,8 +280,15 @@ class PeerCore:
         stamp = getattr(signed.message, "created_at", None) or getattr(signed.message, "sent_at", None)
         if stamp is not None:
             self._check_window(now, stamp, signed.kind)
+        if isinstance(signed.message, WeightManifest):
+            task = self.tasks.tasks[task_id].task
+            if signed.signer not in task.trainer_keys:
+                raise Rejected(errors.UNAUTHORIZED, "weight manifest signed by a key the task does not name")
+        effects: list = []
+        for role in self.roles:
+            effects += role.on_message(now, signed, signer)
         self.stats.on_delivered(signed.kind, None)
-        return []
+        return effects
 
     # ------------------------------------------------------------------ task sync
 
@@ -252,13 +304,13 @@ class PeerCore:
     def _request(self, now: float, peer: str, protocol: str, data: bytes) -> SendRequest:
         request_id = self._next_request_id
         self._next_request_id += 1
-        self._requests[request_id] = (peer, protocol, now + self.config.sync_timeout * 2)
+        self._requests[request_id] = (peer, protocol, now + self.config.sync_timeout * 2, None, None)
         return SendRequest(peer, protocol, request_id, data, self.config.sync_timeout)
 
     def _expire_requests(self, now: float) -> list:
         # The runtime always answers with a ResponseReceived (data or error); this only bounds the
         # table if it ever does not.
-        for request_id in [r for r, (_, _, deadline) in self._requests.items() if deadline < now]:
+        for request_id in [r for r, entry in self._requests.items() if entry[2] < now]:
             del self._requests[request_id]
         return []
 
@@ -276,6 +328,9 @@ class PeerCore:
         pending = self._requests.pop(inp.request_id, None)
         if pending is None or pending[0] != inp.peer:
             return [Emit("unexpected-response", {"peer": inp.peer, "request_id": inp.request_id})]
+        owner, tag = pending[3], pending[4]
+        if owner is not None:
+            return owner.on_response(now, tag, inp)
         if inp.error is not None:
             return [Emit("request-failed", {"peer": inp.peer, "protocol": inp.protocol, "error": inp.error[:200]})]
         if inp.protocol == protocols.SYNC:
@@ -293,7 +348,7 @@ class PeerCore:
                 signed = open_envelope(wire)
                 if not isinstance(signed.message, TaskAnnouncement):
                     raise Rejected(errors.WRONG_TOPIC, f"sync answered with a {signed.kind}")
-                effects += self.tasks.add(now, signed)
+                effects += self._learn_task(now, signed)
             except Rejected as rej:
                 effects += self._penalise(now, inp.peer, rej)
         return effects
@@ -320,7 +375,7 @@ class PeerCore:
             raise TypeError("announce-task needs a TaskAnnouncement")
         signed = seal(self.identity, task)
         try:
-            effects = self.tasks.add(now, signed)
+            effects = self._learn_task(now, signed)
         except Rejected as rej:
             return [CommandResult(cmd.command_id, False, error=f"task refused: {rej}")]
         self.seen.add(signed.msg_id, now)
@@ -353,6 +408,7 @@ class PeerCore:
             "alive": self.membership.alive_peers(),
             "tasks": self.tasks.snapshot(),
             "versions": dict(sorted(self.versions.items())),
+            "work": {role.name: role.snapshot() for role in self.roles},
             "gossip": self.stats.snapshot(),
             "messages": {"accepted": self.ledger.totals_accepted,
                          "rejected": dict(sorted(self.ledger.totals_rejected.items()))},

@@ -165,6 +165,14 @@ class RunJob:
 
 
 @dataclass(frozen=True)
+class StoreBlob:
+    """Keep these bytes (already checked against `digest`) where `/swarm/blob/1` serves them from."""
+
+    digest: bytes
+    data: bytes
+
+
+@dataclass(frozen=True)
 class Emit:
     """Something an operator may want to see (logs, TUI, metrics)."""
 
@@ -181,4 +189,4 @@ class CommandResult:
 
 
 Effect = (MessageVerdict | Publish | Subscribe | Unsubscribe | SendRequest | Respond | Dial | Disconnect | Ban
-          | RunJob | Emit | CommandResult)
+          | RunJob | StoreBlob | Emit | CommandResult)

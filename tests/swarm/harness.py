@@ -11,9 +11,10 @@ import hashlib
 from collections import deque
 
 from swarm.core import PeerCore
-from swarm.io import (Ban, Dial, DialFailed, Disconnect, Emit, MessageReceived, MessageVerdict, PeerConnected,
-                      PeerDisconnected, Publish, RequestReceived, Respond, ResponseReceived, SendRequest,
-                      Started, Subscribe, Tick, Unsubscribe)
+from swarm import protocols
+from swarm.io import (Ban, Dial, DialFailed, Disconnect, Emit, JobFinished, MessageReceived, MessageVerdict,
+                      PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond, ResponseReceived, RunJob,
+                      SendRequest, Started, StoreBlob, Subscribe, Tick, Unsubscribe)
 
 
 class MemoryNet:
@@ -29,6 +30,11 @@ class MemoryNet:
         self._pending: deque = deque()
         self._requests: dict[tuple[str, int], tuple[str, int, str]] = {}  # (server, server_rid) -> (client, rid, proto)
         self._server_rid = 0
+        self.blobs: dict[str, dict[bytes, bytes]] = {p: {} for p in self.cores}
+        self.jobs = None  # optional executor: fn(peer, RunJob) -> (ok, result, error, blobs produced)
+        self.jobs_run: list[tuple[str, RunJob]] = []
+        self.job_seconds = 0.5  # jobs take virtual time, as real ones do
+        self._delayed: list[tuple[float, int, str, object]] = []
 
     def addr(self, peer: str) -> str:
         return f"/mem/{peer}"
@@ -110,6 +116,21 @@ class MemoryNet:
                 self._pending.append((peer, DialFailed(effect.peer, "unreachable")))
         elif isinstance(effect, (Disconnect, Ban)):
             self.disconnect(peer, effect.peer)
+        elif isinstance(effect, StoreBlob):
+            self.blobs[peer][effect.digest] = effect.data
+        elif isinstance(effect, RunJob):
+            self.jobs_run.append((peer, effect))
+            if self.jobs is not None:
+                ok, result, error, produced = self.jobs(peer, effect)
+                self.blobs[peer].update(produced)
+                self._delayed.append((self.now + self.job_seconds, len(self.jobs_run), peer,
+                                      JobFinished(effect.job_id, ok, result, error)))
+        elif isinstance(effect, SendRequest) and effect.protocol == protocols.BLOB:
+            # Blobs are served by the runtime from its store, not by the core.
+            held = self.blobs.get(effect.peer, {}).get(effect.data)
+            linked = frozenset((peer, effect.peer)) in self.links and effect.peer not in self.down
+            self._pending.append((peer, ResponseReceived(effect.peer, effect.protocol, effect.request_id,
+                                                         held or b"", None if held and linked else "not-found")))
         elif isinstance(effect, SendRequest):
             if frozenset((peer, effect.peer)) in self.links and effect.peer not in self.down:
                 self._server_rid += 1
@@ -129,12 +150,14 @@ class MemoryNet:
         while True:
             deadlines = [(c.next_deadline(), p) for p, c in sorted(self.cores.items())
                          if p not in self.down and c.next_deadline() is not None]
-            if not deadlines:
-                break
-            at = min(d for d, _ in deadlines)
-            if at > end:
+            at = min([d for d, _ in deadlines] + [d[0] for d in self._delayed], default=None)
+            if at is None or at > end:
                 break
             self.now = max(self.now, at)
+            self._delayed.sort()
+            while self._delayed and self._delayed[0][0] <= self.now:
+                _, _, peer, inp = self._delayed.pop(0)
+                self.deliver(peer, inp)
             for deadline, peer in deadlines:
                 if deadline <= self.now:
                     self.deliver(peer, Tick())

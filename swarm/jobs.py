@@ -1,0 +1,71 @@
+"""The blocking work a peer asks its runtime to do, as plain frozen descriptions.
+
+The core emits `RunJob(job_id, kind, payload)` with one of these payloads and later receives
+`JobFinished(job_id, ok, result)` with the matching result. `node/` runs them in a job process
+(`trainer/jobs.py`), the simulator runs them for real or by a cost model. Bulk data never travels
+in a payload: weights and rollout batches are content-addressed blobs named by their blake2b-256
+hash; the runtime knows where its blobs live (the node's blob store, the simulator's memory), and a
+job that produces a blob stores it there and returns its hash and size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+INIT = "init"  # trainer: build (or load) the task's base model and store it as version 0
+GENERATE = "generate"  # worker: roll out assigned prompts with a policy version
+TRAIN = "train"  # trainer: one GRPO step on validated rollout batches -> the next version
+VERIFY = "verify"  # validator: re-check a committed rollout batch (proofs issue)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What every job needs to know about its task (copied from the signed announcement)."""
+
+    task_id: str
+    model: str
+    env: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InitJob:
+    task: TaskSpec
+    seed: int  # the base model's seed (built-in models are created and warmed up from it)
+
+
+@dataclass(frozen=True)
+class GenerateJob:
+    task: TaskSpec
+    version: int
+    weights: bytes  # blob hash of the policy's weights for `version`
+    prompt_indices: tuple[int, ...]
+    samples_per_prompt: int
+    worker_key: bytes  # seeds derive from (task, worker, version, prompt, sample)
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    task: TaskSpec
+    version: int  # the version being trained from; the result is version + 1
+    weights: bytes  # blob hash of `version`'s weights
+    rollouts: tuple[bytes, ...]  # blob hashes of validated rollout batches
+
+
+@dataclass(frozen=True)
+class VersionResult:
+    """INIT and TRAIN results: a policy version stored as a blob."""
+
+    version: int
+    weights: bytes  # blob hash
+    size: int
+    stats: Mapping[str, float] = field(default_factory=dict)  # loss, reward, accuracy, ... for operators
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    blob: bytes  # blob hash of the rollout batch
+    size: int
+    num_tokens: int
+    mean_reward: float

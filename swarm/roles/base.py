@@ -1,0 +1,38 @@
+"""What a role (worker, trainer, validator) sees of the core, and what it must answer.
+
+A role is a small state machine per task. The core routes to it the inputs that concern it and
+returns its effects; the role asks the core for ids, publishing and requests through `RoleContext`
+so every job and request is tracked in one place (the core knows which role to wake).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gossip.envelope import SignedMessage
+    from swarm.io import JobFinished, ResponseReceived
+    from swarm.tasks import KnownTask
+
+
+class Role:
+    name = "role"
+
+    def on_task(self, now: float, known: "KnownTask") -> list:
+        return []
+
+    def on_message(self, now: float, signed: "SignedMessage", signer: str) -> list:
+        """A validated task message (rollout, verdict, manifest); may raise Rejected."""
+        return []
+
+    def on_job_finished(self, now: float, tag: Any, done: "JobFinished") -> list:
+        return []
+
+    def on_response(self, now: float, tag: Any, response: "ResponseReceived") -> list:
+        return []
+
+    def on_timer(self, now: float, name: str) -> list:
+        return []
+
+    def snapshot(self) -> dict:
+        return {}

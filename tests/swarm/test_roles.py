@@ -1,0 +1,131 @@
+"""Worker and trainer roles driven in memory, with jobs done by a tiny fake executor."""
+
+import hashlib
+
+from gossip import topics
+from gossip.envelope import seal
+from gossip.identity import Identity
+from gossip.messages import RolloutCommitment, WeightManifest
+from swarm import jobs
+from swarm.core import CoreConfig, PeerCore
+from swarm.io import CommandResult, LocalCommand, MessageVerdict
+from tests.samples import T0, task
+from tests.swarm.harness import MemoryNet
+
+
+def h(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def fake_jobs(peer, job):
+    """Weights are b'w<version>'; a rollout batch names its version and prompts. Deterministic."""
+    p = job.payload
+    if job.kind == jobs.INIT:
+        blob = b"w0"
+        return True, jobs.VersionResult(0, h(blob), len(blob)), "", {h(blob): blob}
+    if job.kind == jobs.GENERATE:
+        blob = f"rollouts v{p.version} {p.prompt_indices} by {peer}".encode()
+        return True, jobs.GenerateResult(h(blob), len(blob), 10 * len(p.prompt_indices), 0.5), "", {h(blob): blob}
+    if job.kind == jobs.TRAIN:
+        blob = f"w{p.version + 1}".encode()
+        return True, jobs.VersionResult(p.version + 1, h(blob), len(blob), {"loss": 0.1}), "", {h(blob): blob}
+    raise AssertionError(job.kind)
+
+
+def swarm(n_workers=3, params=None, executor=fake_jobs):
+    trainer = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1)
+    workers = [PeerCore(Identity(bytes([i + 2]) * 32), CoreConfig(roles=("worker",)), seed=i + 2)
+               for i in range(n_workers)]
+    net = MemoryNet([trainer, *workers], T0)
+    net.jobs = executor
+    net.start()
+    for w in workers:
+        net.connect(trainer.peer_id, w.peer_id)
+    net.run_for(3)
+    t = task(trainer_keys=(trainer.identity.public_key,),
+             params=params or {"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    out = net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    assert [e for e in out if isinstance(e, CommandResult)][0].ok
+    return net, trainer, workers, t.task_id
+
+
+def test_versions_advance_and_every_worker_follows():
+    net, trainer, workers, task_id = swarm()
+    net.run_for(30)
+    work = trainer.snapshot(net.now)["work"]["trainer"][task_id]
+    assert work["version"] >= 5, work
+    for w in workers:
+        wk = w.snapshot(net.now)["work"]["worker"][task_id]
+        assert wk["commitments"] > 0 and max(wk["held_versions"]) >= work["version"] - 1
+    installed = [f["version"] for p, f in net.events_named("version-installed")]
+    assert installed and max(installed) >= work["version"] - 1
+    # Every trained batch came from a worker, and each worker was assigned its own prompts.
+    trained = net.events_named("rollout-trained")
+    assert {f["worker"] for _, f in trained} <= {w.peer_id for w in workers}
+    assert len({f["commitment_id"] for _, f in trained}) == len(trained), "nothing trained twice"
+
+
+def test_generate_jobs_use_hash_assigned_prompts():
+    from gossip.assignment import assign_prompts
+    net, trainer, workers, task_id = swarm(n_workers=1)
+    net.run_for(10)
+    gens = [j.payload for p, j in net.jobs_run if j.kind == jobs.GENERATE]
+    assert gens
+    by_version = {}
+    for g in gens:
+        by_version.setdefault(g.version, []).extend(g.prompt_indices)
+    for version, indices in by_version.items():
+        assert indices == assign_prompts(task_id, workers[0].identity.public_key, version, len(indices), 1 << 30)
+
+
+def test_too_old_rollouts_are_refused_with_a_reason():
+    net, trainer, workers, task_id = swarm(n_workers=1)
+    net.run_for(20)
+    version = trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"]
+    assert version >= 4
+    stale = RolloutCommitment(task_id=task_id, policy_version=version - 3, created_at=net.now, blob_hash=h(b"x"),
+                              blob_size=1, prompt_indices=(1, 2, 3, 4), samples_per_prompt=4, num_tokens=1,
+                              mean_reward=0.0)
+    wire = seal(workers[0].identity, stale).wire
+    verdict = net.inject(trainer.peer_id, topics.task_topic(task_id, "rollouts"), wire, workers[0].peer_id)[0]
+    assert verdict == MessageVerdict(False, "too-old")
+
+
+def test_manifest_from_a_key_the_task_does_not_name_is_unauthorized():
+    net, trainer, workers, task_id = swarm(n_workers=1)
+    net.run_for(5)
+    forged = WeightManifest(task_id=task_id, version=99, parent_version=-1, parent_root=b"", encoding="full",
+                            dtype="safetensors", root=h(b"evil"), shard_size=4, raw_size=4, compressed_size=4,
+                            shard_hashes=(h(b"evil"),), tensors=(), created_at=net.now)
+    wire = seal(Identity(b"\x66" * 32), forged).wire
+    verdict = net.inject(workers[0].peer_id, topics.task_topic(task_id, "weights"), wire, trainer.peer_id)
+    assert verdict[0] == MessageVerdict(False, "unauthorized")
+    assert workers[0].snapshot(net.now)["work"]["worker"][task_id]["latest_version"] < 99
+
+
+def test_corrupt_weights_are_never_installed():
+    def corrupting(peer, job):
+        ok, result, error, produced = fake_jobs(peer, job)
+        if job.kind in (jobs.INIT, jobs.TRAIN):  # the trainer's store holds bytes that do not match
+            produced = {k: v + b"!" for k, v in produced.items()}
+        return ok, result, error, produced
+    net, trainer, workers, task_id = swarm(n_workers=1, executor=corrupting)
+    net.run_for(15)
+    assert not net.events_named("version-installed")
+    assert net.events_named("weights-fetch-failed")
+
+
+def test_failed_jobs_are_retried_and_rollouts_not_lost():
+    net, trainer, workers, task_id = swarm(n_workers=2)
+    real_jobs = net.jobs
+    failures = {"n": 0}
+
+    def flaky(peer, job):
+        if job.kind == jobs.TRAIN and failures["n"] < 2:
+            failures["n"] += 1
+            return False, None, "out of memory", {}
+        return real_jobs(peer, job)
+    net.jobs = flaky
+    net.run_for(40)
+    assert [f for _, f in net.events_named("job-failed") if f["kind"] == "train"]
+    assert trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"] >= 3
