@@ -17,7 +17,7 @@ import trio
 from node.p2p import DialError, MessageTooLarge, RequestError
 from swarm.io import (Ban, CommandResult, Dial, DialFailed, Disconnect, Emit, LocalCommand, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      ResponseReceived, RunJob, SendRequest, Subscribe, Tick, Unsubscribe)
+                      ResponseReceived, RunJob, SendRequest, StoreBlob, Subscribe, Tick, Unsubscribe)
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
@@ -32,11 +32,13 @@ class _Slot:
 
 
 class CoreDriver:
-    def __init__(self, core, host, nursery: trio.Nursery, log) -> None:
+    def __init__(self, core, host, nursery: trio.Nursery, log, blobs=None, records=None) -> None:
         self.core = core
         self.host = host
         self.nursery = nursery
         self.log = log
+        self.blobs = blobs  # node.blobstore.BlobStore: where StoreBlob effects land and blobs are served from
+        self.records = records  # node.records.Records: the durable log of what this peer did
         self.counters: Counter = Counter()
         self.banned: set[str] = set()
         self._publish_send, self._publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
@@ -140,8 +142,13 @@ class CoreDriver:
                 self.counters["job-without-runner"] += 1
             else:
                 self.job_runner.submit(effect)
+        elif isinstance(effect, StoreBlob):
+            if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
+                self.counters["blob-not-stored"] += 1
         elif isinstance(effect, Emit):
             self.log(effect.event, **effect.fields)
+            if self.records is not None:
+                self.records.append(self.now(), effect.event, effect.fields)
 
     async def _request(self, req: SendRequest) -> None:
         try:

@@ -25,12 +25,14 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
     procs = []
     started = time.time()
     try:
-        proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat)],
-                                dirs[0] / "node.log")
+        # Peer 0 is the bootstrap and the trainer (it announces the task, so it is the task's trainer key).
+        proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat),
+                                 "--roles", "trainer"], dirs[0] / "node.log")
         procs.append(proc)
         _say(f"bootstrap peer listening {boot}")
         for d in dirs[1:]:
-            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat)], d / "node.log")
+            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat),
+                                  "--roles", "worker"], d / "node.log")
             procs.append(proc)
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
         table = tomllib.loads(Path(task_file or EXAMPLE).read_text())
@@ -39,6 +41,7 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         end = None if duration is None else time.monotonic() + duration
         next_report = next_probe = time.monotonic()
         probe_index = 0
+        shown_version = -1
         while end is None or time.monotonic() < end:
             for i, proc in enumerate(procs):
                 if proc.poll() is not None:
@@ -50,6 +53,7 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
                 next_probe = now + probe_interval
             if now >= next_report:
                 _say(_progress_line(dirs, time.time() - started))
+                shown_version = _show_versions(dirs[0], task_id, shown_version)
                 next_report = now + 5
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -95,6 +99,20 @@ def _progress_line(dirs: list[Path], elapsed: float) -> str:
     seen = " ".join("?" if v is None else f"{len(v['alive'])}" for v in views)
     tasks = sum(1 for v in views if v and v["tasks"])
     return f"t={elapsed:5.0f}s  peers alive per node: {seen}  (of {len(dirs) - 1})  task known by {tasks}/{len(dirs)}"
+
+
+def _show_versions(trainer_dir: Path, task_id: str, shown: int) -> int:
+    """Print a line per policy version published since the last call: the reward going up is the point."""
+    snap = _quiet_call(trainer_dir, "status")
+    work = (snap or {}).get("work", {}).get("trainer", {}).get(task_id)
+    if not work:
+        return shown
+    for record in work["history"]:
+        if record["version"] > shown:
+            extra = "  ".join(f"{k} {record[k]}" for k in ("reward", "loss", "heldout_greedy") if k in record)
+            _say(f"version {record['version']:4d}  completions {record['completions']:7d}  {extra}")
+            shown = record["version"]
+    return shown
 
 
 def _summarise(dirs: list[Path], elapsed: float) -> dict:

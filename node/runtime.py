@@ -20,6 +20,7 @@ from node.driver import CoreDriver
 from node.fsutil import write_atomic
 from node.keystore import load_or_create_identity
 from node.log import EventLog
+from node.records import Records
 from node.p2p import HostConfig, RequestError, open_host
 from node.taskfile import TaskFileError, task_from_dict
 from swarm import protocols
@@ -43,7 +44,12 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     blobs = BlobStore(Path(cfg.data_dir) / "blobs")
     async with open_host(HostConfig(seed=identity.seed, listen_host=cfg.host, port=cfg.port)) as host:
         async with trio.open_nursery() as nursery:
-            driver = CoreDriver(core, host, nursery, log)
+            driver = CoreDriver(core, host, nursery, log, blobs=blobs, records=Records(cfg.data_dir))
+            if {"worker", "trainer", "validator"} & set(cfg.roles):
+                from node.jobrunner import JobRunner  # torch lives in the job process, not here
+                runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed)
+                await nursery.start(runner.run)
+                driver.job_runner = runner
             host.set_validator(driver.validate)
             host.on_peer_event(driver.on_peer_event)
             host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))

@@ -1,0 +1,51 @@
+"""A peer's durable record of what it did that matters later: versions, trained rollouts, bans.
+
+`swarm-node local` summaries and audits ("zero rollouts of a banned peer were trained on") read
+this file, not the logs. JSON lines in `<data-dir>/records.jsonl`; rotated to `.1` past `max_bytes`
+so it stays bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+RECORDED = frozenset({"version-published", "rollout-trained", "rollout-dropped", "version-installed",
+                      "rollouts-committed", "peer-banned", "job-failed", "task-learned"})
+FILE = "records.jsonl"
+
+
+class Records:
+    def __init__(self, data_dir: Path, max_bytes: int = 64 << 20) -> None:
+        self.path = Path(data_dir) / FILE
+        self.max_bytes = max_bytes
+
+    def append(self, now: float, event: str, fields: Any) -> None:
+        if event not in RECORDED:
+            return
+        line = json.dumps({"ts": round(now, 3), "event": event, **dict(fields)}, default=str) + "\n"
+        try:
+            if self.path.exists() and self.path.stat().st_size > self.max_bytes:
+                os.replace(self.path, self.path.with_suffix(".jsonl.1"))
+            with open(self.path, "a") as out:
+                out.write(line)
+        except OSError:
+            pass  # records are for reading back later; never let a full disk stop the peer
+
+
+def read_records(data_dir: Path, event: str | None = None) -> Iterator[dict]:
+    path = Path(data_dir) / FILE
+    for candidate in (path.with_suffix(".jsonl.1"), path):
+        try:
+            with open(candidate) as lines:
+                for line in lines:
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue  # a torn last line after a crash
+                    if event is None or record.get("event") == event:
+                        yield record
+        except FileNotFoundError:
+            continue
