@@ -23,6 +23,8 @@ UNAUTHORIZED = "unauthorized"
 WRONG_TOPIC = "wrong-topic"
 UNKNOWN_TASK = "unknown-task"
 RATE_LIMITED = "rate-limited"
+UNKNOWN_COMMITMENT = "unknown-commitment"  # a verdict about a commitment this peer never saw
+CHEATED = "cheated"  # proven: a failed check with evidence, or two signed claims that contradict
 TOO_OLD = "too-old"  # a rollout from a policy older than the task's async window allows
 CAPACITY = "capacity"  # we are full (too many tasks, say): not the sender's fault
 

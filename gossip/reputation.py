@@ -32,7 +32,9 @@ PENALTIES: dict[str, float] = {
     errors.UNKNOWN_TASK: 0.5,
     errors.BANNED: 0.0,
     errors.CAPACITY: 0.0,
-    errors.TOO_OLD: 0.0,  # honest workers finish late sometimes
+    errors.TOO_OLD: 0.0,
+    errors.UNKNOWN_COMMITMENT: 0.5,  # gossip may deliver a verdict before its commitment
+    errors.CHEATED: 100.0,  # honest workers finish late sometimes
 }
 DEFAULT_PENALTY = 5.0
 ACCEPT_REWARD = 0.1

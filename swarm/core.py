@@ -17,10 +17,12 @@ from gossip import errors, topics
 from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity, peer_id_from_public_key
-from gossip.messages import Message, Probe, StatusHeartbeat, TaskAnnouncement, WeightManifest
+from gossip.messages import (Message, Probe, RolloutCommitment, StatusHeartbeat, TaskAnnouncement, Verdict,
+                             WeightManifest)
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols
+from swarm.commitments import CommitmentBook
 from swarm.io import (Ban, CommandResult, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
                       ResponseReceived, RunJob, SendRequest, Started, Subscribe, Tick)
@@ -28,6 +30,7 @@ from swarm.membership import Membership, MembershipConfig
 from swarm.ratelimit import TokenBuckets
 from swarm.roles.base import Role
 from swarm.roles.trainer import TrainerRole
+from swarm.roles.validator import ValidatorRole
 from swarm.roles.worker import WorkerRole
 from swarm.rng import Rng
 from swarm.stats import GossipStats
@@ -82,7 +85,8 @@ class PeerCore:
         self._requests: dict[int, tuple[str, str, float, Role | None, object]] = {}
         self._next_job_id = 1
         self._jobs: dict[int, tuple[Role, object]] = {}
-        role_classes = {"worker": WorkerRole, "trainer": TrainerRole}
+        self.commitments: dict[str, CommitmentBook] = {}
+        role_classes = {"worker": WorkerRole, "trainer": TrainerRole, "validator": ValidatorRole}
         self.roles: list[Role] = [role_classes[r](self) for r in self.config.roles if r in role_classes]
         self._heartbeat_seq = -1
         self._probe_seq = -1
@@ -280,15 +284,54 @@ class PeerCore:
         stamp = getattr(signed.message, "created_at", None) or getattr(signed.message, "sent_at", None)
         if stamp is not None:
             self._check_window(now, stamp, signed.kind)
-        if isinstance(signed.message, WeightManifest):
-            task = self.tasks.tasks[task_id].task
-            if signed.signer not in task.trainer_keys:
-                raise Rejected(errors.UNAUTHORIZED, "weight manifest signed by a key the task does not name")
+        task = self.tasks.tasks[task_id].task
         effects: list = []
+        if isinstance(signed.message, WeightManifest) and signed.signer not in task.trainer_keys:
+            raise Rejected(errors.UNAUTHORIZED, "weight manifest signed by a key the task does not name")
+        if isinstance(signed.message, RolloutCommitment):
+            self._record_commitment(task_id, signed, signer)
+        if isinstance(signed.message, Verdict):
+            effects += self._on_verdict(now, task, signed)
         for role in self.roles:
             effects += role.on_message(now, signed, signer)
         self.stats.on_delivered(signed.kind, None)
         return effects
+
+    def book(self, task_id: str) -> CommitmentBook:
+        if task_id not in self.commitments:
+            self.commitments[task_id] = CommitmentBook()
+        return self.commitments[task_id]
+
+    def _record_commitment(self, task_id: str, signed: SignedMessage, signer: str) -> None:
+        book = self.book(task_id)
+        earlier = book.replay_of(signed.msg_id, signed.message, signed.signer)
+        if earlier is not None:
+            # Two commitments signed by one worker for the same batch: proof anyone can check.
+            raise Rejected(errors.CHEATED, f"replayed rollouts: repeats commitment {earlier.hex()[:16]}")
+        book.add(signed.msg_id, signed.message, signer, signed.signer)
+
+    def trusts_verdicts_of(self, task: TaskAnnouncement, key: bytes) -> bool:
+        return key in task.validator_keys or key in task.trainer_keys
+
+    def is_trainer_of(self, task: TaskAnnouncement) -> bool:
+        return "trainer" in self.config.roles and self.identity.public_key in task.trainer_keys
+
+    def _on_verdict(self, now: float, task: TaskAnnouncement, signed: SignedMessage) -> list:
+        verdict: Verdict = signed.message
+        seen = self.book(task.task_id).get(verdict.commitment_id)
+        if seen is None:
+            raise Rejected(errors.UNKNOWN_COMMITMENT, f"verdict about {verdict.commitment_id.hex()[:16]}")
+        if seen.worker_key != verdict.subject:
+            raise Rejected(errors.SCHEMA, "verdict subject is not the signer of the commitment")
+        if verdict.passed or not self.trusts_verdicts_of(task, signed.signer) or self.is_trainer_of(task):
+            return []  # a trainer bans on its own re-check (roles/trainer.py), not on others' word
+        return self.ban_for_cheating(now, seen.worker, f"failed {verdict.reason} (verdict by "
+                                                       f"{self._signer_id(signed.signer)})")
+
+    def ban_for_cheating(self, now: float, peer: str, reason: str) -> list:
+        if peer == self.peer_id or not self.ledger.ban(peer, reason, now):
+            return []
+        return [Ban(peer, reason), Emit("peer-banned", {"peer": peer, "reason": reason})]
 
     # ------------------------------------------------------------------ task sync
 

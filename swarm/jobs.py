@@ -69,3 +69,29 @@ class GenerateResult:
     size: int
     num_tokens: int
     mean_reward: float
+    # Only a cheating job (the cherry-pick demo) answers with prompts other than those it was given;
+    # the worker commits to whatever the batch really holds, so validators can catch it.
+    prompt_indices: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class VerifyJob:
+    """Re-check one committed rollout batch with the validator's own copy of the policy."""
+
+    task: TaskSpec
+    worker_key: bytes
+    version: int  # the policy version the commitment claims
+    weights: bytes  # blob hash of that version's weights
+    blob: bytes  # blob hash of the rollout batch
+    prompt_indices: tuple[int, ...]
+    samples_per_prompt: int
+    mean_reward: float
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    passed: bool
+    reason: str  # a stable reason code ("ok" when passed)
+    evidence_hash: bytes  # blake2b-256 of the evidence (what failed, the numbers), or empty
+    detail: str = ""

@@ -3,36 +3,33 @@
 Only a peer whose key the task names as a trainer runs this. It starts from version 0 (an `init`
 job builds or resumes the base model), then collects rollout commitments within the async window
 (`async_level` versions old at most; older ones are refused as too-old), fetches their blobs from
-the workers, and once `prompts_per_step` prompts are ready runs one `train` job. Each new version is
+the workers, checks every batch itself (a `verify` job against its own copy of that version: the
+trainer trains only on what passed its own check), and once `prompts_per_step` checked prompts are
+ready runs one `train` job. A batch whose worker is banned meanwhile (a failed check elsewhere, a
+replay seen later) is dropped before the next step. A trusted validator's verdict that the
+trainer's own check contradicts costs that validator its trust. Each new version is
 announced with a signed weight manifest, re-announced periodically for late joiners. Every
 commitment trained on is recorded (`rollout-trained`), which is what audits check.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 
 from gossip import errors, topics
 from gossip.errors import Rejected
-from gossip.messages import RolloutCommitment, WeightManifest
-from swarm import jobs, protocols
-from swarm.io import Emit, JobFinished, ResponseReceived, StoreBlob
+from gossip.messages import RolloutCommitment, Verdict, WeightManifest
+from swarm import jobs
+from swarm.io import Emit, JobFinished, ResponseReceived
+from swarm.roles import checking
 from swarm.roles.base import Role
+from swarm.roles.checking import Check
 from swarm.rng import stable_seed
 from swarm.taskparams import TaskParams, task_spec
 
 MAX_PENDING = 256
 RETRY_AFTER = 5.0
-
-
-@dataclass
-class Pending:
-    commitment: RolloutCommitment
-    commitment_id: bytes
-    worker: str
-    ready: bool = False
 
 
 @dataclass
@@ -43,9 +40,12 @@ class TrainerTask:
     version: int = -1
     weights: bytes = b""
     weights_size: int = 0
+    weights_by_version: dict[int, bytes] = field(default_factory=dict)  # what verify jobs check against
     busy: bool = False  # an init or train job is running
-    pending: dict[bytes, Pending] = field(default_factory=dict)  # by commitment id, arrival order
-    in_step: list[Pending] = field(default_factory=list)
+    pending: dict[bytes, Check] = field(default_factory=dict)  # by commitment id, arrival order
+    in_step: list[Check] = field(default_factory=list)
+    others_said: dict[bytes, tuple[str, bool]] = field(default_factory=dict)  # commitment -> (validator, passed)
+    rejected: int = 0
     trained_commitments: int = 0
     completions: int = 0
     dropped: int = 0
@@ -73,6 +73,8 @@ class TrainerRole(Role):
 
     def on_message(self, now, signed, signer) -> list:
         msg = signed.message
+        if isinstance(msg, Verdict):
+            return self._on_verdict(now, msg, signed.signer, self.core._signer_id(signed.signer))
         if not isinstance(msg, RolloutCommitment):
             return []
         state = self.tasks.get(msg.task_id)
@@ -88,33 +90,72 @@ class TrainerRole(Role):
                                           f"{state.params.group_size}")
         if len(state.pending) >= MAX_PENDING:
             raise Rejected(errors.CAPACITY, "too many rollout batches waiting")
-        state.pending[signed.msg_id] = Pending(msg, signed.msg_id, signer)
-        return [self.core.new_request(now, self, ("rollouts", msg.task_id, signed.msg_id), signer, protocols.BLOB,
-                                      msg.blob_hash, timeout=30.0)]
+        check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
+        return checking.fetch_blob(self.core, self, now, check)
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
         _, task_id, commitment_id = tag
         state = self.tasks.get(task_id)
-        pending = state.pending.get(commitment_id) if state else None
-        if pending is None:
+        check = state.pending.get(commitment_id) if state else None
+        if check is None:
             return []
-        c = pending.commitment
-        if (response.error is not None or len(response.data) != c.blob_size
-                or hashlib.blake2b(response.data, digest_size=32).digest() != c.blob_hash):
+        effects, failure = checking.blob_arrived(check, response)
+        if failure is not None:
             del state.pending[commitment_id]
             state.dropped += 1
-            return [Emit("rollout-dropped", {"task_id": task_id, "worker": pending.worker,
-                                             "reason": response.error or "blob does not match its commitment"})]
-        pending.ready = True
-        return [StoreBlob(c.blob_hash, response.data)] + self._maybe_train(now, state)
+            return [Emit("rollout-dropped", {"task_id": task_id, "worker": check.worker, "reason": failure})]
+        weights = state.weights_by_version.get(check.commitment.policy_version)
+        if weights is None:  # older than anything we kept: cannot be checked, so not trained on
+            del state.pending[commitment_id]
+            state.dropped += 1
+            return effects + [Emit("rollout-dropped", {"task_id": task_id, "worker": check.worker,
+                                                       "reason": errors.TOO_OLD})]
+        return effects + [checking.verify_job(self.core, self, state.spec, check, weights)]
+
+    def _on_verify_finished(self, now: float, state: TrainerTask, commitment_id: bytes, done: JobFinished) -> list:
+        check = state.pending.get(commitment_id)
+        if check is None:
+            return []
+        check.verifying = False
+        if not done.ok:  # the check itself broke (not the worker's fault): do not train on it
+            del state.pending[commitment_id]
+            state.dropped += 1
+            return [Emit("job-failed", {"task_id": state.spec.task_id, "kind": jobs.VERIFY, "error": done.error[:300]})]
+        result: jobs.VerifyResult = done.result
+        check.result = result
+        effects = self._compare_with_others(now, state, check)
+        if not result.passed:
+            state.rejected += 1
+            del state.pending[commitment_id]
+            effects += checking.publish_verdict(self.core, now, check, result)
+            return effects + self._maybe_train(now, state)
+        return effects + self._maybe_train(now, state)
+
+    def _on_verdict(self, now: float, verdict: Verdict, key: bytes, validator: str) -> list:
+        state = self.tasks.get(verdict.task_id)
+        if state is None or validator == self.core.peer_id or not self.core.trusts_verdicts_of(
+                self.core.tasks.tasks[verdict.task_id].task, key):
+            return []
+        state.others_said[verdict.commitment_id] = (validator, verdict.passed)
+        while len(state.others_said) > 4096:
+            state.others_said.pop(next(iter(state.others_said)))
+        check = state.pending.get(verdict.commitment_id)
+        return self._compare_with_others(now, state, check) if check is not None else []
+
+    def _compare_with_others(self, now: float, state: TrainerTask, check: Check) -> list:
+        """Our own check is the reference: a trusted validator that said otherwise loses our trust."""
+        said = state.others_said.get(check.commitment_id)
+        if said is None or check.result is None or said[1] == check.result.passed:
+            return []
+        return self.core.ban_for_cheating(now, said[0], f"wrong verdict on {check.commitment_id.hex()[:16]}")
 
     # ---- training
 
     def _maybe_train(self, now: float, state: TrainerTask) -> list:
         if state.busy or state.version < 0:
             return []
-        effects = self._drop_too_old(state)
-        ready = [p for p in state.pending.values() if p.ready]
+        effects = self._drop_unusable(state)
+        ready = [p for p in state.pending.values() if p.result is not None and p.result.passed]
         if sum(len(p.commitment.prompt_indices) for p in ready) < state.params.prompts_per_step:
             return effects
         step, prompts = [], 0
@@ -130,21 +171,26 @@ class TrainerRole(Role):
                                 rollouts=tuple(p.commitment.blob_hash for p in step))
         return effects + [self.core.new_job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
 
-    def _drop_too_old(self, state: TrainerTask) -> list:
+    def _drop_unusable(self, state: TrainerTask) -> list:
+        """Before each step: nothing too old, nothing from a peer banned since we accepted it."""
         effects = []
         for cid, p in list(state.pending.items()):
-            if p.commitment.policy_version < state.version - state.async_level:
+            reason = (errors.TOO_OLD if p.commitment.policy_version < state.version - state.async_level
+                      else errors.BANNED if self.core.is_banned(p.worker) else None)
+            if reason is not None and not p.verifying:
                 del state.pending[cid]
                 state.dropped += 1
                 effects.append(Emit("rollout-dropped", {"task_id": state.spec.task_id, "worker": p.worker,
-                                                        "reason": errors.TOO_OLD}))
+                                                        "reason": reason}))
         return effects
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
-        task_id, kind, _ = tag
+        task_id, kind, extra = tag
         state = self.tasks.get(task_id)
         if state is None:
             return []
+        if kind == jobs.VERIFY:
+            return self._on_verify_finished(now, state, extra, done)
         state.busy = False
         if not done.ok:
             if kind == jobs.TRAIN:  # the rollouts were not used: they may still be trained on
@@ -155,6 +201,9 @@ class TrainerRole(Role):
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": done.error[:300]})]
         result: jobs.VersionResult = done.result
         state.version, state.weights, state.weights_size = result.version, result.weights, result.size
+        state.weights_by_version[result.version] = result.weights
+        for version in [v for v in state.weights_by_version if v < result.version - state.async_level]:
+            del state.weights_by_version[version]
         self.core.versions[task_id] = result.version
         effects = []
         for p in state.in_step:
@@ -195,8 +244,9 @@ class TrainerRole(Role):
 
     def snapshot(self) -> dict:
         return {task_id: {"version": s.version, "training": s.busy,
-                          "pending": sum(1 for p in s.pending.values() if p.ready),
-                          "fetching": sum(1 for p in s.pending.values() if not p.ready),
+                          "ready": sum(1 for p in s.pending.values() if p.result is not None),
+                          "checking": sum(1 for p in s.pending.values() if p.result is None),
+                          "rejected": s.rejected,
                           "trained_commitments": s.trained_commitments, "completions": s.completions,
                           "dropped": s.dropped, "history": list(s.history)[-64:]}
                 for task_id, s in sorted(self.tasks.items())}

@@ -17,14 +17,30 @@ def h(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=32).digest()
 
 
+PRODUCED: dict[bytes, bytes] = {}
+CHEATERS: set[str] = set()
+
+
 def fake_jobs(peer, job):
-    """Weights are b'w<version>'; a rollout batch names its version and prompts. Deterministic."""
+    """Weights are b'w<version>'; a rollout batch names its version and prompts (and 'CHEAT' when a
+    cheater made it); verify fails exactly those. Deterministic."""
+    out = _fake_jobs(peer, job)
+    PRODUCED.update(out[3])
+    return out
+
+
+def _fake_jobs(peer, job):
     p = job.payload
+    if job.kind == jobs.VERIFY:
+        blob = PRODUCED.get(p.blob, b"")
+        if b"CHEAT" in blob:
+            return True, jobs.VerifyResult(False, "toploc", h(b"evidence " + blob)), "", {}
+        return True, jobs.VerifyResult(True, "ok", b""), "", {}
     if job.kind == jobs.INIT:
         blob = b"w0"
         return True, jobs.VersionResult(0, h(blob), len(blob)), "", {h(blob): blob}
     if job.kind == jobs.GENERATE:
-        blob = f"rollouts v{p.version} {p.prompt_indices} by {peer}".encode()
+        blob = f"rollouts v{p.version} {p.prompt_indices} by {peer}".encode() + (b" CHEAT" if peer in CHEATERS else b"")
         return True, jobs.GenerateResult(h(blob), len(blob), 10 * len(p.prompt_indices), 0.5), "", {h(blob): blob}
     if job.kind == jobs.TRAIN:
         blob = f"w{p.version + 1}".encode()
@@ -129,3 +145,71 @@ def test_failed_jobs_are_retried_and_rollouts_not_lost():
     net.run_for(40)
     assert [f for _, f in net.events_named("job-failed") if f["kind"] == "train"]
     assert trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"] >= 3
+
+
+def test_cheater_is_caught_banned_by_everyone_and_never_trained_on():
+    net, trainer, workers, task_id = swarm(n_workers=4)
+    CHEATERS.add(workers[0].peer_id)
+    try:
+        net.run_for(40)
+    finally:
+        CHEATERS.clear()
+    cheater = workers[0].peer_id
+    for core in [trainer, *workers[1:]]:
+        assert core.is_banned(cheater), core.peer_id
+    trained = [f for _, f in net.events_named("rollout-trained")]
+    assert trained and cheater not in {f["worker"] for f in trained}
+    for honest in workers[1:]:
+        assert not any(c.is_banned(honest.peer_id) for c in [trainer, *workers])
+    assert trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"] >= 3
+
+
+def test_replayed_commitment_is_proof_and_bans():
+    net, trainer, workers, task_id = swarm(n_workers=2)
+    net.run_for(10)
+    w = workers[0]
+    (_, first), *_ = [(p, j) for p, j in net.jobs_run if p == w.peer_id and j.kind == jobs.GENERATE]
+    blob = h(f"rollouts v{first.payload.version} {first.payload.prompt_indices} by {w.peer_id}".encode())
+    again = RolloutCommitment(task_id=task_id, policy_version=trainer.versions[task_id], created_at=net.now,
+                              blob_hash=blob, blob_size=10, prompt_indices=(7, 8, 9, 10), samples_per_prompt=4,
+                              num_tokens=1, mean_reward=1.0)
+    verdict = net.inject(trainer.peer_id, topics.task_topic(task_id, "rollouts"), seal(w.identity, again).wire,
+                         w.peer_id)[0]
+    assert verdict == MessageVerdict(False, "cheated")
+    assert trainer.is_banned(w.peer_id)
+
+
+def test_verdicts_forged_replayed_or_about_unknown_commitments_are_rejected():
+    from gossip.messages import Verdict
+    net, trainer, workers, task_id = swarm(n_workers=1)
+    topic = topics.task_topic(task_id, "verdicts")
+    unknown = Verdict(task_id=task_id, commitment_id=h(b"nothing"), subject=workers[0].identity.public_key,
+                      passed=False, reason="toploc", evidence_hash=h(b"e"), created_at=net.now, detail="")
+    wire = seal(trainer.identity, unknown).wire
+    assert net.inject(workers[0].peer_id, topic, wire, trainer.peer_id)[0] == MessageVerdict(False, "unknown-commitment")
+    assert net.inject(workers[0].peer_id, topic, wire[:-1] + bytes([wire[-1] ^ 1]), trainer.peer_id)[0].reason in (
+        "bad-signature", "malformed")
+    assert net.inject(workers[0].peer_id, topic, wire, trainer.peer_id)[0] == MessageVerdict(False, "duplicate")
+
+
+def test_validator_role_checks_and_its_verdicts_ban_cheaters():
+    trainer = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1)
+    validator = PeerCore(Identity(b"\x09" * 32), CoreConfig(roles=("validator",)), seed=9)
+    workers = [PeerCore(Identity(bytes([i + 2]) * 32), CoreConfig(roles=("worker",)), seed=i + 2) for i in range(3)]
+    net = MemoryNet([trainer, validator, *workers], T0)
+    net.jobs = fake_jobs
+    net.start()
+    for other in [validator, *workers]:
+        net.connect(trainer.peer_id, other.peer_id)
+    net.run_for(3)
+    t = task(trainer_keys=(trainer.identity.public_key,), validator_keys=(validator.identity.public_key,),
+             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    CHEATERS.add(workers[0].peer_id)
+    try:
+        net.run_for(30)
+    finally:
+        CHEATERS.clear()
+    work = validator.snapshot(net.now)["work"]["validator"][t.task_id]
+    assert work["passed"] > 0 and work["failed"] >= 1
+    assert all(c.is_banned(workers[0].peer_id) for c in [trainer, validator, *workers[1:]])

@@ -1,0 +1,59 @@
+"""Every rollout commitment a peer has seen, per task: the basis for replay bans and verdicts.
+
+Two signed commitments for the same batch (the same blob, or the same worker, version and prompts)
+prove a replay by their signer: anyone holding both can check, so no verdict is needed to ban it.
+A verdict is only meaningful about a commitment we know; one about an unknown commitment is refused.
+Bounded: the oldest entries are forgotten first.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from gossip.messages import RolloutCommitment
+
+
+@dataclass(frozen=True)
+class Seen:
+    commitment: RolloutCommitment
+    worker: str
+    worker_key: bytes
+
+
+class CommitmentBook:
+    def __init__(self, capacity: int = 8192) -> None:
+        self.capacity = capacity
+        self._by_id: OrderedDict[bytes, Seen] = OrderedDict()
+        self._by_blob: dict[bytes, bytes] = {}
+        self._by_claim: dict[tuple, bytes] = {}
+
+    @staticmethod
+    def _claim(c: RolloutCommitment, worker_key: bytes) -> tuple:
+        return (worker_key, c.policy_version, c.prompt_indices)
+
+    def replay_of(self, commitment_id: bytes, c: RolloutCommitment, worker_key: bytes) -> bytes | None:
+        """The id of an earlier commitment this one repeats, if any."""
+        for earlier in (self._by_blob.get(c.blob_hash), self._by_claim.get(self._claim(c, worker_key))):
+            if earlier is not None and earlier != commitment_id:
+                return earlier
+        return None
+
+    def add(self, commitment_id: bytes, c: RolloutCommitment, worker: str, worker_key: bytes) -> None:
+        if commitment_id in self._by_id:
+            return
+        self._by_id[commitment_id] = Seen(c, worker, worker_key)
+        self._by_blob.setdefault(c.blob_hash, commitment_id)
+        self._by_claim.setdefault(self._claim(c, worker_key), commitment_id)
+        while len(self._by_id) > self.capacity:
+            old_id, old = self._by_id.popitem(last=False)
+            if self._by_blob.get(old.commitment.blob_hash) == old_id:
+                del self._by_blob[old.commitment.blob_hash]
+            if self._by_claim.get(self._claim(old.commitment, old.worker_key)) == old_id:
+                del self._by_claim[self._claim(old.commitment, old.worker_key)]
+
+    def get(self, commitment_id: bytes) -> Seen | None:
+        return self._by_id.get(commitment_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)

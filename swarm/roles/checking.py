@@ -1,0 +1,68 @@
+"""Checking one rollout commitment: fetch its blob, run a `verify` job, publish the verdict.
+
+Shared by the trainer (which checks everything it trains on) and validators (which check for
+everyone else). A failed check bans the worker at once: the evidence hash in the verdict lets any
+peer re-run the same check and see for itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from gossip import topics
+from gossip.messages import RolloutCommitment, Verdict
+from swarm import jobs, protocols
+from swarm.io import Emit, ResponseReceived, StoreBlob
+
+PASSED = "ok"
+
+
+@dataclass
+class Check:
+    commitment: RolloutCommitment
+    commitment_id: bytes
+    worker: str
+    worker_key: bytes
+    blob_ok: bool = False
+    verifying: bool = False
+    result: jobs.VerifyResult | None = None
+
+
+def fetch_blob(core, owner, now: float, check: Check) -> list:
+    c = check.commitment
+    return [core.new_request(now, owner, ("rollouts", c.task_id, check.commitment_id), check.worker,
+                             protocols.BLOB, c.blob_hash, timeout=30.0)]
+
+
+def blob_arrived(check: Check, response: ResponseReceived) -> tuple[list, str | None]:
+    """(effects, None) when the blob is the one committed to, else ([], why not)."""
+    c = check.commitment
+    if response.error is not None:
+        return [], f"blob not served: {response.error}"[:120]
+    if len(response.data) != c.blob_size or hashlib.blake2b(response.data, digest_size=32).digest() != c.blob_hash:
+        return [], "blob does not match its commitment"
+    check.blob_ok = True
+    return [StoreBlob(c.blob_hash, response.data)], None
+
+
+def verify_job(core, owner, spec: jobs.TaskSpec, check: Check, weights: bytes):
+    c = check.commitment
+    check.verifying = True
+    payload = jobs.VerifyJob(task=spec, worker_key=check.worker_key, version=c.policy_version, weights=weights,
+                             blob=c.blob_hash, prompt_indices=c.prompt_indices, samples_per_prompt=c.samples_per_prompt,
+                             mean_reward=c.mean_reward, num_tokens=c.num_tokens)
+    return core.new_job(owner, (c.task_id, jobs.VERIFY, check.commitment_id), jobs.VERIFY, payload)
+
+
+def publish_verdict(core, now: float, check: Check, result: jobs.VerifyResult) -> list:
+    c = check.commitment
+    verdict = Verdict(task_id=c.task_id, commitment_id=check.commitment_id, subject=check.worker_key,
+                      passed=result.passed, reason=(result.reason or PASSED)[:64],
+                      evidence_hash=result.evidence_hash[:32], created_at=now, detail=result.detail[:256])
+    effects = core.publish(now, topics.task_topic(c.task_id, "verdicts"), verdict)
+    effects.append(Emit("verdict", {"task_id": c.task_id, "worker": check.worker, "passed": result.passed,
+                                    "reason": result.reason, "commitment_id": check.commitment_id.hex()[:16]}))
+    if not result.passed:
+        effects += core.ban_for_cheating(now, check.worker, f"failed {result.reason}")
+    return effects
