@@ -79,8 +79,11 @@ class Request:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, trace: Trace) -> None:
+    def __init__(self, scenario: Scenario, trace: Trace, core_factory=PeerCore) -> None:
+        """`core_factory(identity, config, seed=, envelope_memo=)` builds each peer's core: PeerCore,
+        or in tests a subclass that emits effects the real roles do not emit yet (RunJob)."""
         self.scenario = s = scenario
+        self.core_factory = core_factory
         speedups.install()
         self.seed = s.seed
         self.trace = trace
@@ -180,7 +183,7 @@ class Simulation:
         node.rejoin_pending = False
         from dataclasses import replace
         cfg = replace(self.core_config, roles=node.group.roles)
-        node.core = PeerCore(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),
+        node.core = self.core_factory(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),
                              envelope_memo=self.memo)
         self.live.add(i)
         self.trace.record(self.loop.now, i, "start", {"incarnation": node.incarnation})
