@@ -1,0 +1,280 @@
+"""The validator's pipeline: one decoded rollout batch + the validator's model -> a verdict.
+
+`check_batch` runs the checks cheapest first and stops at the first failure, so a cheater costs a
+validator as little as possible and the verdict names one stable reason:
+
+  schema      a sample is malformed (types, order, lengths, logprobs/proof present)
+  claim       the blob disagrees with its signed commitment (prompts, sample count, tokens, reward)
+  limits      token ids out of the vocabulary, too many tokens, eos misplaced, prompt too long
+  duplicate   the batch's content was already submitted (a replay)
+  assignment  the prompt list is not one of the worker's hash-assigned slices for that version
+  prompt      a sample's prompt ids are not the environment's prompt for its index
+  reward      a claimed reward differs from the environment checker's
+  proof-null / proof-format / toploc    TOPLOC (see proofs.toploc)
+  logprob / sampling / implausible      under the validator's logits (see proofs.sampling)
+
+Each verdict carries its evidence (which sample, chunk or token failed and the numbers) and
+`evidence_hash` = blake2b-256 over the canonical JSON of that evidence, bound to the commitment
+(worker key, version, prompt list), so any peer can re-run the check and compare hashes.
+
+Nothing here imports trainer/ (it sits above proofs/): the job passes in the model plus two
+callables from its environment, `prompt_ids(index)` and `reward(index, token_ids, finished)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Collection, Protocol, Sequence
+
+import torch
+
+from gossip.assignment import assign_prompts, sample_seed
+from proofs import sampling, toploc
+
+OK = "ok"
+
+
+class SampleLike(Protocol):
+    """One completion as a decoded batch holds it (trainer/batch_codec.py); prompt-major order."""
+
+    prompt_index: int
+    sample_index: int
+    prompt_ids: Sequence[int]
+    token_ids: Sequence[int]
+    logprobs: Sequence[float]  # raw (temperature-1) logprob per token, float32
+    reward: float
+    finished: bool
+    proof: bytes
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the signed rollout commitment says about the batch."""
+
+    worker_key: bytes
+    version: int
+    prompt_indices: tuple[int, ...]
+    samples_per_prompt: int
+    mean_reward: float
+    num_tokens: int
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The task's settings a validator checks against (task announcement + task params)."""
+
+    task_id: str
+    n_prompts: int
+    prompts_per_commit: int
+    max_batches_per_version: int
+    max_new_tokens: int
+    temperature: float
+    eos_id: int
+    vocab_size: int
+    max_prompt_tokens: int = 1024
+    replay: bool = True  # workers sample with the replayable Gumbel sampler (TorchBackend)
+
+
+@dataclass
+class Validator:
+    """The validator's own copy of the policy for the claimed version, and its environment."""
+
+    model: torch.nn.Module
+    prompt_ids: Callable[[int], Sequence[int]]
+    reward: Callable[[int, Sequence[int], bool], float]
+    toploc: toploc.ToplocThresholds
+    sampling: sampling.SamplingThresholds
+
+    @classmethod
+    def calibrated(cls, model, model_name: str, prompt_ids, reward) -> "Validator":
+        """Thresholds from proofs/calibration/ for the task's model name."""
+        return cls(model, prompt_ids, reward, toploc.thresholds_for(model_name),
+                   sampling.thresholds_for(model_name))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    reason: str
+    evidence: dict = field(repr=False)
+    evidence_hash: bytes = b""
+
+    @property
+    def detail(self) -> str:
+        """A short human line for the gossip verdict's `detail` field (at most 256 chars)."""
+        return json.dumps({k: v for k, v in self.evidence.items() if k != "commitment"},
+                          sort_keys=True, separators=(",", ":"))[:256]
+
+
+def canonical(evidence: dict) -> bytes:
+    return json.dumps(evidence, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _verdict(claim: Claim, reason: str, **numbers) -> Verdict:
+    evidence = {"reason": reason, "commitment": {"worker": claim.worker_key.hex(), "version": claim.version,
+                                                 "prompts": list(claim.prompt_indices)}, **numbers}
+    evidence = _finite(evidence)
+    return Verdict(reason == OK, reason, evidence, hashlib.blake2b(canonical(evidence), digest_size=32).digest())
+
+
+def _finite(x):
+    """Evidence as strict JSON: non-finite floats (a NaN logprob, toploc's 2**64 'no match') become
+    strings, so every peer hashes the same bytes."""
+    if isinstance(x, dict):
+        return {str(k): _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return repr(x)
+    return x
+
+
+def content_digest(samples: Sequence[SampleLike]) -> bytes:
+    """blake2b-256 over the batch's content (prompts, tokens, logprobs, rewards, proofs), independent
+    of the commitment wrapping it: a validator keeps these to spot a batch submitted twice."""
+    h = hashlib.blake2b(digest_size=32, person=b"swarm-batch-v1")
+    for s in samples:
+        h.update(canonical({"p": list(map(int, s.prompt_ids)), "t": list(map(int, s.token_ids)),
+                            "r": float(s.reward), "i": int(s.prompt_index), "k": int(s.sample_index)}))
+        h.update(torch.as_tensor(s.logprobs, dtype=torch.float32).numpy().tobytes())
+        h.update(bytes(s.proof))
+    return h.digest()
+
+
+@torch.no_grad()
+def forward(model, prompt_ids: Sequence[int], token_ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits float32 [n, V], final-norm hidden bf16 [n, H]) at the positions that produced
+    `token_ids`, from one prefill over prompt + tokens (the committed ids, never re-tokenised)."""
+    return forward_many(model, [(prompt_ids, token_ids)])[0]
+
+
+@torch.no_grad()
+def forward_many(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+                 max_batch_tokens: int = 4096) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """`forward` for many (prompt_ids, token_ids) pairs in few batched prefills.
+
+    Sequences are right-padded (causal attention: padding after a sequence cannot change it), and
+    the LM head runs only on the generated positions, so a batch of a large vocabulary stays small.
+    Batching shifts results by float noise only; the calibrated thresholds absorb it.
+    """
+    device = next(model.parameters()).device
+    head = model.get_output_embeddings()
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+    out: list = [None] * len(pairs)
+    start = 0
+    while start < len(order):
+        width = len(pairs[order[start]][0]) + len(pairs[order[start]][1])
+        end = start + 1
+        while end < len(order):
+            w = len(pairs[order[end]][0]) + len(pairs[order[end]][1])
+            if w * (end + 1 - start) > max_batch_tokens:
+                break
+            width, end = w, end + 1
+        group = order[start:end]
+        ids = torch.zeros((len(group), width), dtype=torch.long)
+        for r, i in enumerate(group):
+            seq = list(pairs[i][0]) + list(pairs[i][1])
+            ids[r, :len(seq)] = torch.tensor(seq)
+        hidden = model.model(input_ids=ids.to(device)).last_hidden_state  # final-norm output
+        for r, i in enumerate(group):
+            p, n = len(pairs[i][0]), len(pairs[i][1])
+            h = hidden[r, p - 1:p - 1 + n]
+            out[i] = (head(h).float().cpu(), h.to(torch.bfloat16).cpu())
+        start = end
+    return out
+
+
+def assigned_slice(rules: Rules, worker_key: bytes, version: int, prompts: tuple[int, ...]) -> int | None:
+    """Batch number b such that `prompts` is slice [b*k, (b+1)*k) of the worker's assignment for
+    `version` (assignment lists are prefix-stable, so one list covers every batch), else None."""
+    k = rules.prompts_per_commit
+    if len(prompts) != k:
+        return None
+    full = assign_prompts(rules.task_id, worker_key, version, rules.max_batches_per_version * k, rules.n_prompts)
+    return next((b for b in range(rules.max_batches_per_version) if tuple(full[b * k:(b + 1) * k]) == prompts), None)
+
+
+def _schema(samples, claim: Claim, rules: Rules) -> tuple[str, dict] | None:
+    spp = claim.samples_per_prompt
+    if len(samples) != len(claim.prompt_indices) * spp or not samples:
+        return "claim", {"samples": len(samples), "expected": len(claim.prompt_indices) * spp}
+    for i, s in enumerate(samples):
+        try:
+            ok = (isinstance(s.proof, (bytes, bytearray)) and len(s.token_ids) >= 1
+                  and len(s.logprobs) == len(s.token_ids) and isinstance(s.finished, bool)
+                  and math.isfinite(float(s.reward)) and len(s.prompt_ids) >= 1)
+        except (TypeError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            return "schema", {"sample": i}
+        if (s.prompt_index, s.sample_index) != (claim.prompt_indices[i // spp], i % spp):
+            return "claim", {"sample": i, "prompt_index": s.prompt_index, "sample_index": s.sample_index}
+    tokens = sum(len(s.token_ids) for s in samples)
+    mean = sum(float(s.reward) for s in samples) / len(samples)
+    if tokens != claim.num_tokens or abs(mean - claim.mean_reward) > 1e-6:
+        return "claim", {"tokens": tokens, "claimed_tokens": claim.num_tokens, "mean_reward": mean,
+                         "claimed_mean_reward": claim.mean_reward}
+    for i, s in enumerate(samples):
+        ids, n = list(s.token_ids), len(s.token_ids)
+        bad = (n > rules.max_new_tokens or len(s.prompt_ids) > rules.max_prompt_tokens
+               or any(not 0 <= t < rules.vocab_size for t in ids + list(s.prompt_ids))
+               or rules.eos_id in ids[:-1] or s.finished != (ids[-1] == rules.eos_id)
+               or (not s.finished and n != rules.max_new_tokens))
+        if bad:
+            return "limits", {"sample": i, "tokens": n, "finished": s.finished}
+    return None
+
+
+def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, validator: Validator,
+                seen: Collection[bytes] = ()) -> Verdict:
+    """Every check of one committed batch; `seen` holds content digests of batches checked before."""
+    bad = _schema(samples, claim, rules)
+    if bad:
+        return _verdict(claim, bad[0], **bad[1])
+    digest = content_digest(samples)
+    if digest in seen:
+        return _verdict(claim, "duplicate", content=digest.hex())
+    batch = assigned_slice(rules, claim.worker_key, claim.version, tuple(claim.prompt_indices))
+    if batch is None:
+        return _verdict(claim, "assignment")
+    for i, s in enumerate(samples):
+        if list(s.prompt_ids) != list(validator.prompt_ids(s.prompt_index)):
+            return _verdict(claim, "prompt", sample=i)
+        expected = float(validator.reward(s.prompt_index, list(s.token_ids), s.finished))
+        if abs(expected - float(s.reward)) > 1e-6:
+            return _verdict(claim, "reward", sample=i, claimed=float(s.reward), recomputed=expected)
+    for i, s in enumerate(samples):
+        try:
+            toploc.parse_proof(s.proof, len(s.token_ids))
+        except toploc.ProofError as e:
+            return _verdict(claim, e.code, sample=i, error=str(e))
+
+    evidence, worst_chunk = [], None
+    prefills = forward_many(validator.model, [(s.prompt_ids, s.token_ids) for s in samples])
+    for i, s in enumerate(samples):
+        logits, hidden = prefills[i]
+        chunks = toploc.verify_chunks(s.proof, hidden)
+        j = toploc.first_failing_chunk(chunks, validator.toploc)
+        if j is not None:
+            c = chunks[j]
+            return _verdict(claim, "toploc", sample=i, chunk=j, exp_mismatches=c.exp_mismatches,
+                            mant_err_mean=c.mant_err_mean, mant_err_median=c.mant_err_median)
+        worst = max(chunks, key=lambda c: (c.exp_mismatches, c.mant_err_mean))
+        worst_chunk = worst if worst_chunk is None or worst.exp_mismatches > worst_chunk.exp_mismatches else worst_chunk
+        seed = sample_seed(rules.task_id, claim.worker_key, claim.version, s.prompt_index, s.sample_index)
+        ev = sampling.sample_evidence(logits, list(s.token_ids), s.logprobs, seed, rules.temperature)
+        why = sampling.sample_failure(ev, validator.sampling, rules.replay)
+        if why:
+            return _verdict(claim, why, sample=i, max_logprob_err=ev.max_logprob_err, at=ev.logprob_err_at,
+                            mismatches=[list(m) for m in ev.mismatches[:8]])
+        evidence.append(ev)
+    z = sampling.batch_z(evidence)
+    if not abs(z) <= validator.sampling.max_abs_z:
+        return _verdict(claim, "implausible", z=z, surprisal=sum(e.surprisal for e in evidence),
+                        entropy=sum(e.entropy for e in evidence))
+    return _verdict(claim, OK, batch=batch, content=digest.hex(), z=round(z, 4),
+                    max_logprob_err=max(e.max_logprob_err for e in evidence),
+                    max_exp_mismatches=worst_chunk.exp_mismatches if worst_chunk else 0)

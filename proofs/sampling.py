@@ -1,0 +1,128 @@
+"""Were these tokens *sampled from the model*? Checks under the validator's own logits.
+
+TOPLOC binds activations to token ids but not token ids to the model's distribution: a worker can
+choose tokens (say, the right answer) and compute honest activations for them, and the last token
+has no activation after it at all. So for every generated position (the last included) the
+validator takes its own logits from one prefill and checks three things:
+
+1. Logprobs: the claimed raw (temperature-1) logprob of each token equals log_softmax(logits) at
+   that token within `max_logprob_err`. GRPO's importance ratios use these numbers, and a worker
+   running another precision or model cannot match them.
+2. Replay: workers sample with Gumbel-max from a per-sample `torch.Generator` seeded with
+   `gossip.assignment.sample_seed(task, worker, version, prompt, sample)`: token t is
+   argmax(logits_t / T + g_t) where g_t is the generator's t-th Gumbel vector. The validator
+   regenerates g_t from the seed it computes itself and requires the same argmax. Its logits differ
+   from the worker's only by float noise (KV-cache vs full prefill, batch shapes), so a mismatch
+   is excused only as a near-tie: the claimed token's score is within `max_tie_gap` of the winner's,
+   and at most `max_tie_mismatches` such ties per sample. Any other mismatch means the token was not
+   drawn with that seed from that model.
+3. Implausibility (backstop when replay is off, e.g. vLLM's own sampler): over a whole batch, the
+   total surprisal -log p_T(x_t) of the tokens is compared with its expectation sum(H_t) under
+   honest sampling at temperature T; z = (sum s - sum H) / sqrt(sum Var) beyond `max_abs_z` is
+   rejected. Cherry-picked likely tokens give large negative z, noise tokens large positive z.
+
+All thresholds come from `proofs/calibration/<model>.json` (see `thresholds_for`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from proofs.toploc import load_calibration
+
+
+def gumbel_noise(generator: torch.Generator, vocab_size: int) -> torch.Tensor:
+    """Next Gumbel(0, 1) vector from a per-sample generator (CPU, float32).
+
+    Bit-for-bit the draw of `trainer.inference.gumbel_noise` (a test holds them equal); repeated
+    here because proofs/ sits below trainer/ in the import order.
+    """
+    u = torch.rand(vocab_size, generator=generator, dtype=torch.float32)
+    return -torch.log(-torch.log(u.clamp_min(1e-20)))
+
+
+@dataclass(frozen=True)
+class SamplingThresholds:
+    max_logprob_err: float  # |claimed - recomputed| raw logprob, any token
+    max_tie_gap: float  # score gap (logits/T units) under which a replay mismatch is a near-tie
+    max_tie_mismatches: int  # near-tie mismatches allowed per sample
+    max_abs_z: float  # batch surprisal z-score bound
+
+
+def thresholds_for(model: str) -> SamplingThresholds:
+    t = load_calibration(model)["thresholds"]["sampling"]
+    return SamplingThresholds(float(t["max_logprob_err"]), float(t["max_tie_gap"]),
+                              int(t["max_tie_mismatches"]), float(t["max_abs_z"]))
+
+
+@dataclass(frozen=True)
+class SampleEvidence:
+    """Per-sample numbers (what calibration records and what a failing verdict publishes)."""
+
+    max_logprob_err: float
+    logprob_err_at: int  # position of the largest logprob error
+    mismatches: tuple[tuple[int, int, int, float], ...]  # (position, claimed, replayed, gap)
+    surprisal: float  # sum over tokens of -log p_T(token)
+    entropy: float  # sum over tokens of H(p_T)
+    variance: float  # sum over tokens of Var(-log p_T)
+
+
+def sample_evidence(logits: torch.Tensor, token_ids: list[int], claimed_logprobs, seed: int,
+                    temperature: float) -> SampleEvidence:
+    """Compare one completion with the validator's logits [n, V] at the positions producing it."""
+    n = len(token_ids)
+    if logits.ndim != 2 or logits.shape[0] != n:
+        raise ValueError(f"logits {tuple(logits.shape)} do not cover {n} tokens")
+    logits = logits.detach().float().cpu()
+    tokens = torch.tensor(token_ids, dtype=torch.long)
+    claimed = torch.as_tensor(claimed_logprobs, dtype=torch.float32).reshape(-1)
+    if claimed.shape[0] != n:
+        raise ValueError(f"{claimed.shape[0]} logprobs for {n} tokens")
+    raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
+    err = (claimed - raw).abs()
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)  # NaN claims fail
+    at = int(err.argmax())
+
+    if temperature > 0:
+        gen = torch.Generator().manual_seed(int(seed))
+        noise = torch.stack([gumbel_noise(gen, logits.shape[1]) for _ in range(n)])
+        scores = logits / temperature + noise
+    else:
+        scores = logits
+    replay = scores.argmax(-1)
+    gaps = scores.gather(1, replay[:, None])[:, 0] - scores.gather(1, tokens[:, None])[:, 0]
+    mismatches = tuple((t, token_ids[t], int(replay[t]), float(gaps[t]))
+                       for t in range(n) if int(replay[t]) != token_ids[t])
+
+    surprisal = entropy = variance = 0.0
+    if temperature > 0:
+        logp = torch.log_softmax(logits.double() / temperature, -1)
+        p = logp.exp()
+        h = -(p * logp).sum(-1)
+        var = (p * logp * logp).sum(-1) - h * h
+        surprisal = float(-logp.gather(1, tokens[:, None]).sum())
+        entropy, variance = float(h.sum()), float(var.clamp_min(0).sum())
+    return SampleEvidence(float(err[at]), at, mismatches, surprisal, entropy, variance)
+
+
+def sample_failure(ev: SampleEvidence, th: SamplingThresholds, replay: bool = True) -> str | None:
+    """Reason code when one sample fails ('logprob' or 'sampling'), else None."""
+    if not ev.max_logprob_err <= th.max_logprob_err:
+        return "logprob"
+    if replay:
+        if any(gap > th.max_tie_gap for _, _, _, gap in ev.mismatches):
+            return "sampling"
+        if len(ev.mismatches) > th.max_tie_mismatches:
+            return "sampling"
+    return None
+
+
+def batch_z(evidence: list[SampleEvidence]) -> float:
+    """Surprisal z-score of a batch (0 when there is no randomness to test, e.g. greedy)."""
+    var = sum(e.variance for e in evidence)
+    if var <= 1e-12:
+        return 0.0
+    return (sum(e.surprisal for e in evidence) - sum(e.entropy for e in evidence)) / math.sqrt(var)
