@@ -8,7 +8,7 @@ stay free of it). A test checks these against libp2p's own `ID.from_pubkey`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import nacl.exceptions
 import nacl.signing
@@ -39,6 +39,7 @@ def _b58decode(text: str) -> bytes:
     return b"\0" * (len(text) - len(text.lstrip("1"))) + body
 
 
+@lru_cache(maxsize=65536)  # many cores in one process (the simulator) name the same keys
 def peer_id_from_public_key(public_key: bytes) -> str:
     if len(public_key) != 32:
         raise ValueError("an Ed25519 public key is 32 bytes")

@@ -108,6 +108,8 @@ class PeerCore:
             if self.ledger.is_banned(inp.peer):
                 return [Ban(inp.peer, "banned")]
             self.membership.on_connected(inp.peer, inp.addrs)
+            if self.started_at is not None and "heartbeat" not in self.timers:
+                self.timers.set("heartbeat", now)
             return [Emit("peer-connected", {"peer": inp.peer})]
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
@@ -134,7 +136,7 @@ class PeerCore:
     def _on_started(self, now: float, inp: Started) -> list:
         self.listen_addrs = inp.listen_addrs
         self.started_at = now
-        self.timers.set("heartbeat", now)
+        # The first heartbeat waits for the first link (PeerConnected): before that it reaches nobody.
         self.timers.set("sweep", now + self.config.sweep_interval)
         self.timers.set("maintain", now + self.config.maintain_interval)
         return [Subscribe(t) for t in topics.GLOBAL_TOPICS]
@@ -232,6 +234,8 @@ class PeerCore:
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
             effects = self._dispatch(now, inp.topic, signed, signer, inp.from_peer)
         except Rejected as rej:
+            if rej.reason in (errors.OUT_OF_WINDOW, errors.STALE):
+                blame = inp.from_peer  # signed in its window; whoever delivers it late is at fault
             self.stats.on_received(inp.topic, len(inp.data), accepted=False)
             return [MessageVerdict(False, rej.reason)] + self._penalise(now, blame, rej)
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)

@@ -23,7 +23,8 @@ from gossip.messages import PeerAddrs, StatusHeartbeat
 from swarm.io import Dial, Disconnect, Emit
 from swarm.rng import Rng
 
-ALIVE, GONE, KNOWN = "alive", "gone", "known"  # KNOWN: an address we heard of, never a heartbeat
+ALIVE, GONE, KNOWN = "alive", "gone", "known"
+MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound  # KNOWN: an address we heard of, never a heartbeat
 
 
 @dataclass
@@ -141,7 +142,8 @@ class Membership:
         info = self.peers.get(peer)
         if info is not None:
             info.dial_failures += 1
-            delay = min(self.config.dial_backoff * 2 ** (info.dial_failures - 1), self.config.dial_backoff_max)
+            doublings = min(info.dial_failures - 1, 16)  # a peer dead for days must not overflow the float
+            delay = min(self.config.dial_backoff * 2 ** doublings, self.config.dial_backoff_max)
             info.next_dial = now + delay
 
     # ---- periodic work
@@ -153,6 +155,7 @@ class Membership:
             info = self.peers[peer]
             if info.state == ALIVE and info.last_seen is not None and now - info.last_seen > self.gone_threshold(info):
                 info.state = GONE
+                info.next_dial = now + self.config.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
                     effects.append(Disconnect(peer, "silent"))
@@ -164,9 +167,14 @@ class Membership:
         return max(self.config.gone_after, self.config.gone_factor * info.interval + 1.0)
 
     def heartbeat_interval(self) -> float:
-        """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget."""
-        alive = sum(1 for p in self.peers.values() if p.state == ALIVE)
-        return max(self.config.heartbeat_interval, (alive + 1) / self.config.status_budget)
+        """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget.
+
+        A newcomer knows few peers yet, so it also follows the median interval the others declare
+        rather than flooding a large swarm at the base rate while its table fills."""
+        declared = sorted(p.interval for p in self.peers.values() if p.state == ALIVE)
+        median = declared[len(declared) // 2] if declared else 0.0
+        alive = len(declared)
+        return min(MAX_INTERVAL, max(self.config.heartbeat_interval, (alive + 1) / self.config.status_budget, median))
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
         """Dial known peers until `target_connections` links are open."""
@@ -183,7 +191,9 @@ class Membership:
         return effects
 
     def _dialable(self, info: PeerInfo, now: float) -> bool:
-        return (not info.connected and bool(info.addrs) and info.state != GONE and now >= info.next_dial)
+        # Gone peers stay dialable (with backoff): after a partition heals, nothing else would bring the
+        # two sides together, since no heartbeat can cross while there is no link.
+        return not info.connected and bool(info.addrs) and now >= info.next_dial
 
     def exchange_sample(self, rng: Rng) -> tuple[PeerAddrs, ...]:
         """Some live peers with addresses, for our heartbeat (peer exchange)."""

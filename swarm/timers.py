@@ -13,6 +13,9 @@ class Timers:
     def cancel(self, name: str) -> None:
         self._due.pop(name, None)
 
+    def __contains__(self, name: str) -> bool:
+        return name in self._due
+
     def next_deadline(self) -> float | None:
         return min(self._due.values()) if self._due else None
 

@@ -6,8 +6,8 @@ from gossip.envelope import seal
 from gossip.identity import Identity
 from gossip.messages import Probe, StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import (Ban, CommandResult, LocalCommand, MessageVerdict, Publish, RequestReceived, Respond, Started,
-                      Subscribe, Tick)
+from swarm.io import (Ban, CommandResult, LocalCommand, MessageVerdict, PeerConnected, Publish, RequestReceived,
+                      Respond, Started, Subscribe, Tick)
 from swarm.membership import MembershipConfig
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet
@@ -41,6 +41,8 @@ def test_started_subscribes_and_schedules_heartbeat():
     core = make_cores(1)[0]
     effects = core.handle(T0, Started(("/ip4/127.0.0.1/tcp/1",)))
     assert {e.topic for e in effects if isinstance(e, Subscribe)} == set(topics.GLOBAL_TOPICS)
+    assert core.next_deadline() > T0, "no heartbeat before there is anyone to hear it"
+    core.handle(T0, PeerConnected("12D3KooWother"))
     assert core.next_deadline() == T0
     out = core.handle(T0, Tick())
     beat = [e for e in out if isinstance(e, Publish)]
@@ -255,3 +257,49 @@ def test_shared_envelope_memo_gives_same_results():
         assert set(net.cores[p].snapshot(net.now)["alive"]) == set(ids) - {p}
     assert net.inject(ids[0], topics.STATUS, b"\xc1", ids[1])[0] == MessageVerdict(False, "malformed")
     assert net.inject(ids[0], topics.STATUS, b"\xc1", ids[1])[0] == MessageVerdict(False, "malformed")
+
+
+def test_partition_heals_and_sides_reconnect():
+    net, ids = star(6, gone_after=4)
+    net.run_for(10)
+    left, right = ids[:3], ids[3:]
+    for a in left:
+        for b in right:
+            net.disconnect(a, b)
+    saved = net.connect
+    net.connect = lambda a, b: None if (a in left) != (b in left) else saved(a, b)  # the partition
+    net.run_for(20)
+    assert all(x["state"] == "gone" for x in net.cores[left[0]].snapshot(net.now)["peers"] if x["peer_id"] in right)
+    net.connect = saved  # healed
+    net.run_for(120)
+    for p in ids:
+        assert set(net.cores[p].snapshot(net.now)["alive"]) == set(ids) - {p}
+
+
+def test_late_delivery_is_blamed_on_the_forwarder_not_the_signer():
+    net, ids = star(3)
+    net.run_for(3)
+    old = seal(net.cores[ids[2]].identity, Probe(seq=1, sent_at=net.now - 3600, payload=b"")).wire
+    assert net.inject(ids[0], topics.PROBE, old, ids[1])[0] == MessageVerdict(False, "out-of-window")
+    rep = net.cores[ids[0]].snapshot(net.now)["reputation"]
+    assert rep[ids[1]]["rejected"] == {"out-of-window": 1}
+    assert rep.get(ids[2], {}).get("rejected", {}) == {}
+
+
+def test_dial_backoff_survives_endless_failures():
+    from swarm.io import DialFailed
+    net, ids = star(2)
+    core = net.cores[ids[0]]
+    core.membership.learn_addrs("12D3KooWdead", ("/mem/dead",))
+    for _ in range(2000):
+        core.handle(net.now, DialFailed("12D3KooWdead", "refused"))
+    assert core.membership.peers["12D3KooWdead"].next_dial <= net.now + 300
+
+
+def test_heartbeat_interval_is_bounded_by_the_schema():
+    from swarm.membership import ALIVE
+    core = make_cores(1, status_budget=0.01)[0]
+    for i in range(200):
+        info = core.membership._info(f"p{i}")
+        info.state, info.interval = ALIVE, 1.0
+    assert core.membership.heartbeat_interval() == 3600.0
