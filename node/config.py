@@ -1,4 +1,4 @@
-"""What a node is told to be: one frozen config, built from CLI flags (and later a TOML file)."""
+"""What a node is told to be: one frozen config, built from CLI flags and a TOML file (node/config_file.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ class NodeConfig:
     gone_after: float = 10.0
     target_connections: int = 8
     log_format: str = "text"
+    metrics_port: int | None = None  # Prometheus text on 127.0.0.1:metrics_port; None: off
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.roles) - set(ROLES))
@@ -29,3 +30,5 @@ class NodeConfig:
             raise ValueError("port must be 0..65535 (0: the OS picks)")
         if self.heartbeat_interval <= 0 or self.gone_after <= self.heartbeat_interval:
             raise ValueError("need 0 < heartbeat_interval < gone_after")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise ValueError("metrics_port must be 1..65535")
