@@ -30,18 +30,22 @@ def build_parser() -> argparse.ArgumentParser:
     _data_dir_arg(p)
     p.add_argument("--json", action="store_true")
 
+    from node.config_file import add_start_flags  # light: argparse and tomllib only
     p = sub.add_parser("start", help="run a peer: --bootstrap starts a swarm, --join joins one")
-    _data_dir_arg(p)
-    how = p.add_mutually_exclusive_group()
-    how.add_argument("--bootstrap", action="store_true", help="start a new swarm that others --join")
-    how.add_argument("--join", action="append", default=[], metavar="MULTIADDR",
-                     help="a peer to join through (repeatable), e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3Koo...")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=0, help="TCP port (default: the OS picks)")
-    p.add_argument("--roles", default="relay", help="comma-separated: relay, worker, trainer, validator")
-    p.add_argument("--heartbeat", type=float, default=2.0, help="seconds between status heartbeats")
-    p.add_argument("--gone-after", type=float, default=10.0, help="seconds of silence before a peer is gone")
-    p.add_argument("--log-format", choices=("text", "json"), default="text")
+    add_start_flags(p, DEFAULT_DATA_DIR)
+
+    p = sub.add_parser("config", help="show the settings `start` would use")
+    config_sub = p.add_subparsers(dest="config_command", required=True, metavar="SUBCOMMAND")
+    c = config_sub.add_parser("show", help="print the resolved config: defaults < --config FILE < flags")
+    add_start_flags(c, DEFAULT_DATA_DIR)
+    c.add_argument("--format", choices=("toml", "json"), default="toml", dest="output_format")
+
+    p = sub.add_parser("tui", help="watch running nodes in a terminal UI (one at a time; n/p switches)")
+    p.add_argument("--data-dir", type=Path, action="append", default=[], dest="data_dirs",
+                   help=f"a node's data dir (repeatable; default {DEFAULT_DATA_DIR})")
+    p.add_argument("--base-dir", type=Path, default=None,
+                   help="also watch every BASE/peer* data dir (what `swarm-node local --base-dir` made)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between status calls (default 1)")
 
     p = sub.add_parser("status", help="ask a running node for its state")
     _data_dir_arg(p)
@@ -67,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"keygen": cmd_keygen, "id": cmd_id, "start": cmd_start, "status": cmd_status,
-               "task": cmd_task, "local": cmd_local}[args.command]
+               "task": cmd_task, "local": cmd_local, "config": cmd_config, "tui": cmd_tui}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -103,18 +107,17 @@ def cmd_id(args) -> int:
 
 
 def cmd_start(args) -> int:
-    from node.config import NodeConfig
+    from node.config_file import node_config, resolve
     from node.keystore import KeyFileError, load_or_create_identity
     from node.runtime import PEERS_FILE
-    if not args.bootstrap and not args.join and not (args.data_dir / PEERS_FILE).exists():
+    try:
+        settings = resolve(vars(args), DEFAULT_DATA_DIR)
+        cfg = node_config(settings)
+    except ValueError as exc:  # ConfigError is a ValueError
+        return _fail(str(exc), 2)
+    if not cfg.bootstrap and not cfg.join and not (cfg.data_dir / PEERS_FILE).exists():
         return _fail("say --bootstrap to start a new swarm, or --join MULTIADDR to join one "
                      "(a node restarted with its data dir rejoins the peers it knew)", 2)
-    try:
-        cfg = NodeConfig(data_dir=args.data_dir, host=args.host, port=args.port, bootstrap=args.bootstrap,
-                         join=tuple(args.join), roles=tuple(r for r in args.roles.split(",") if r),
-                         heartbeat_interval=args.heartbeat, gone_after=args.gone_after, log_format=args.log_format)
-    except ValueError as exc:
-        return _fail(str(exc), 2)
     try:
         load_or_create_identity(cfg.data_dir)  # a bad key file fails here, before anything starts
     except KeyFileError as exc:
@@ -122,7 +125,30 @@ def cmd_start(args) -> int:
     try:
         return _run_until_signal(cfg)
     except OSError as exc:
-        return _fail(f"cannot listen on {args.host}:{args.port}: {exc}")
+        return _fail(f"cannot listen on {cfg.host}:{cfg.port} (or metrics port {cfg.metrics_port}): {exc}")
+
+
+def cmd_config(args) -> int:
+    from node.config_file import node_config, render, resolve
+    try:
+        settings = resolve(vars(args), DEFAULT_DATA_DIR)
+        node_config(settings)  # the same checks `start` makes
+    except ValueError as exc:
+        return _fail(str(exc), 2)
+    print(render(settings, args.output_format))
+    return 0
+
+
+def cmd_tui(args) -> int:
+    dirs = list(args.data_dirs)
+    if args.base_dir is not None:
+        dirs += sorted(d for d in Path(args.base_dir).glob("peer*") if d.is_dir())
+    if not dirs:
+        dirs = [DEFAULT_DATA_DIR]
+    if args.interval <= 0:
+        return _fail("--interval must be positive", 2)
+    from node.tui import run_tui  # textual is imported only here
+    return run_tui(dirs, interval=args.interval)
 
 
 def _run_until_signal(cfg) -> int:

@@ -59,7 +59,11 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             driver.feed(Started(tuple(addrs)))
             nursery.start_soon(driver.timer_loop)
             stop = trio.Event()
-            await nursery.start(control.serve_control, cfg.data_dir, _control_handler(cfg, driver, host, stop))
+            handler = _control_handler(cfg, driver, host, stop)
+            await nursery.start(control.serve_control, cfg.data_dir, handler)
+            if cfg.metrics_port is not None:  # opt-in, 127.0.0.1 only: the same snapshot as `status`
+                from node.metrics import serve_metrics
+                await nursery.start(serve_metrics, cfg.metrics_port, lambda: handler("status", {}))
             nursery.start_soon(_keep_joined, cfg, driver, host)
             nursery.start_soon(_remember_peers, cfg, core)
             log("started", peer=identity.peer_id, addrs=" ".join(addrs), roles=",".join(cfg.roles))
