@@ -1,0 +1,75 @@
+"""Sampling checks under the validator's logits: replay, logprobs, last token, surprisal."""
+
+import math
+from dataclasses import replace
+
+import torch
+
+from proofs import adversaries as adv
+from proofs import sampling
+from proofs.checks import forward, forward_many
+from gossip.assignment import sample_seed
+
+
+def test_gumbel_noise_and_prefill_match_the_trainer():
+    from trainer.inference import gumbel_noise, prefill
+
+    a, b = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    for _ in range(3):
+        assert torch.equal(sampling.gumbel_noise(a, 49152), gumbel_noise(b, 49152))
+
+
+def test_batched_prefill_matches_single_prefill(task, honest_batch):
+    from trainer.inference import prefill
+
+    samples, _ = honest_batch
+    many = forward_many(task.model, [(s.prompt_ids, s.token_ids) for s in samples], max_batch_tokens=40)
+    for s, (logits, hidden) in zip(samples, many):
+        logp, h = prefill(task.model, s.prompt_ids, s.token_ids)
+        got = torch.log_softmax(logits, -1).gather(1, torch.tensor(s.token_ids)[:, None])[:, 0]
+        assert torch.allclose(got, logp, atol=1e-5)
+        assert torch.allclose(hidden.float(), h.float(), atol=0.02)
+
+
+def _evidence(task, claim, s):
+    logits, _ = forward(task.model, s.prompt_ids, s.token_ids)
+    seed = sample_seed(task.rules.task_id, claim.worker_key, claim.version, s.prompt_index, s.sample_index)
+    return sampling.sample_evidence(logits, s.token_ids, s.logprobs, seed, task.rules.temperature)
+
+
+def test_honest_samples_replay_exactly(task, honest_batch):
+    samples, claim = honest_batch
+    for s in samples:
+        ev = _evidence(task, claim, s)
+        assert ev.mismatches == () and ev.max_logprob_err < 1e-5
+        assert sampling.sample_failure(ev, task.validator.sampling) is None
+
+
+def test_a_tampered_last_token_is_caught_only_by_replay(task, honest_batch):
+    samples, claim = honest_batch
+    s = next(x for x in samples if not x.finished)
+    bad = adv.tamper_last_token(task.model, s, task.rules.vocab_size, task.rules.eos_id)
+    ev = _evidence(task, claim, bad)
+    assert ev.max_logprob_err < 1e-5  # the claimed logprob is the honest one for the new token
+    assert [m[0] for m in ev.mismatches] == [len(s.token_ids) - 1]
+    assert sampling.sample_failure(ev, task.validator.sampling) == "sampling"
+    assert sampling.sample_failure(ev, task.validator.sampling, replay=False) is None
+
+
+def test_wrong_or_nan_logprobs_fail(task, honest_batch):
+    samples, claim = honest_batch
+    s = samples[0]
+    for lp in ([x + 1e-2 for x in s.logprobs], [math.nan] * len(s.logprobs)):
+        ev = _evidence(task, claim, replace(s, logprobs=lp))
+        assert sampling.sample_failure(ev, task.validator.sampling) == "logprob"
+
+
+def test_surprisal_z_separates_sampled_from_greedy_tokens(task, honest_batch):
+    samples, claim = honest_batch
+    honest = [_evidence(task, claim, s) for s in samples]
+    assert abs(sampling.batch_z(honest)) < task.validator.sampling.max_abs_z
+    prompts = [task.prompt_ids(i) for i in range(16)]  # greedy decoding: far too little surprisal
+    greedy = [sampling.sample_evidence(forward(task.model, c.prompt_ids, c.token_ids)[0], c.token_ids,
+                                       c.logprobs, 0, 1.0)
+              for c in task.backend(task.model).generate(prompts, 1, task.rules.max_new_tokens, 0.0, [])]
+    assert sampling.batch_z(greedy) < -task.validator.sampling.max_abs_z

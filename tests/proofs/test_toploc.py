@@ -1,0 +1,66 @@
+"""TOPLOC wrapper: sizes, honest round trip, null and forged proofs, calibrated thresholds."""
+
+import json
+
+import pytest
+import torch
+
+from proofs import sampling, toploc
+
+
+def _hidden(n, h=256, seed=0):
+    return torch.randn(n, h, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+
+
+def test_proof_is_258_bytes_per_32_tokens_and_verifies_exactly():
+    hidden = _hidden(40)
+    proof = toploc.build_proof(hidden)
+    assert len(proof) == 2 * 258 == toploc.proof_size(40)
+    results = toploc.verify_chunks(proof, hidden)
+    assert [(r.exp_mismatches, r.mant_err_mean) for r in results] == [(0, 0.0), (0, 0.0)]
+    th = toploc.thresholds_for("builtin:digit-sort-tiny")
+    assert toploc.first_failing_chunk(results, th) is None
+    other = toploc.verify_chunks(proof, _hidden(40, seed=1))
+    assert toploc.first_failing_chunk(other, th) == 0 and other[0].exp_mismatches > 64
+
+
+def test_fp32_input_to_toploc_gives_a_null_proof_that_is_rejected():
+    import toploc as lib
+
+    rows = list(_hidden(8).float())
+    null = b"".join(lib.build_proofs_bytes(rows, toploc.CHUNK, toploc.TOPK, skip_prefill=True)[:1])
+    assert null[:2] == b"\0\0"  # toploc's silent failure: modulus 0
+    with pytest.raises(toploc.ProofError) as e:
+        toploc.parse_proof(null, 8)
+    assert e.value.code == "proof-null"
+    with pytest.raises(toploc.ProofError):  # and never reaches toploc's C++ (x % 0 is SIGFPE)
+        toploc.verify_chunks(null, _hidden(8))
+    assert len(toploc.build_proof(_hidden(8).float())) == 258  # our builder casts fp32 to bf16 itself
+
+
+@pytest.mark.parametrize("mutate, code", [
+    (lambda p: p[:-1], "proof-format"),
+    (lambda p: p + p, "proof-format"),
+    (lambda p: b"\x00\x05" + p[2:], "proof-format"),  # modulus toploc never chooses
+    (lambda p: b"\xff\xff" + p[2:], "proof-format"),
+    (lambda p: b"\x00\x00" + p[2:], "proof-null"),
+])
+def test_malformed_proofs_are_rejected_with_a_code(mutate, code):
+    proof = toploc.build_proof(_hidden(10))
+    with pytest.raises(toploc.ProofError) as e:
+        toploc.parse_proof(mutate(proof), 10)
+    assert e.value.code == code
+
+
+def test_thresholds_come_from_the_calibration_files():
+    for model, stem in [("builtin:digit-sort-tiny", "builtin"), ("SmolLM2-135M-Instruct", "smollm2-135m")]:
+        record = json.loads((toploc.CALIBRATION_DIR / f"{stem}.json").read_text())
+        t, s = record["thresholds"]["toploc"], record["thresholds"]["sampling"]
+        assert toploc.thresholds_for(model) == toploc.ToplocThresholds(**t)
+        assert sampling.thresholds_for(model) == sampling.SamplingThresholds(**s)
+        honest = record["distributions"]["honest-noise"]
+        assert honest["logprob"]["max"] < s["max_logprob_err"]  # calibrated above every honest run
+        assert honest["mean"]["max"] <= t["max_mant_err_mean"]
+        assert record["distributions"]["bf16"]["mean"]["p50"] > t["max_mant_err_mean"]
+    with pytest.raises(FileNotFoundError):
+        toploc.thresholds_for("some-uncalibrated-model")
