@@ -44,7 +44,7 @@ def bar_chart(points: list[tuple[int, float]], width: int, height: int = 10, lab
         lines.append(axis + "│" + cells)
     lines.append(" " * gutter + "└" + "─" * len(points))
     first, last = f"v{points[0][0]}", f"v{points[-1][0]}"
-    pad = max(1, len(points) - len(first) - len(last) + 1)
+    pad = max(1, len(points) - len(first) - len(last))  # the last label ends under the last column
     lines.append(" " * (gutter + 1) + (first + " " * pad + last if len(points) > 1 else first))
     return lines
 

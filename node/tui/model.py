@@ -253,9 +253,9 @@ def diff_events(prev: dict | None, snap: dict) -> list[tuple[str, str]]:
     events: list[tuple[str, str]] = []
     if prev.get("peer_id") != snap.get("peer_id"):
         return [("node", f"now watching {short_id(snap.get('peer_id'))} (was {short_id(prev.get('peer_id'))})")]
-    old_peers = {p.get("peer_id"): p for p in map(d, lst(prev.get("peers")))}
+    old_peers = {str(p.get("peer_id")): p for p in map(d, lst(prev.get("peers")))}
     for p in map(d, lst(snap.get("peers"))):
-        pid, old = p.get("peer_id"), old_peers.get(p.get("peer_id"))
+        pid, old = str(p.get("peer_id")), old_peers.get(str(p.get("peer_id")))
         if old is None:
             events.append(("peer", f"new peer {short_id(pid)} ({p.get('state')})"))
         elif old.get("state") != p.get("state"):
