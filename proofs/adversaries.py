@@ -77,12 +77,14 @@ def honest(backend, rules, prompt_ids, reward, worker_key, version, batch, sampl
     return samples, claim_for(samples, worker_key, version, prompts, samples_per_prompt)
 
 
-def fabricate(model, samples: list[Sample], choose: Callable[[int], Sequence[int]], reward, eos_id: int) -> list[Sample]:
-    """Replace every sample that earned less than full reward by the cheater's chosen tokens, with
-    logprobs and activations honestly computed for them (TOPLOC and logprobs then pass)."""
+def fabricate(model, samples: list[Sample], choose: Callable[[int], Sequence[int]], reward, eos_id: int,
+              only_failed: bool = True) -> list[Sample]:
+    """Replace every sample that earned less than full reward (every sample, with only_failed off)
+    by the cheater's chosen tokens, with logprobs and activations honestly computed for them
+    (TOPLOC and the logprob check then pass)."""
     out = []
     for s in samples:
-        if s.reward >= 1.0:
+        if only_failed and s.reward >= 1.0:
             out.append(s)
             continue
         ids = list(choose(s.prompt_index))

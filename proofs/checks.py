@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 from dataclasses import dataclass, field
 from typing import Callable, Collection, Protocol, Sequence
 
@@ -76,6 +77,7 @@ class Rules:
     vocab_size: int
     max_prompt_tokens: int = 1024
     replay: bool = True  # workers sample with the replayable Gumbel sampler (TorchBackend)
+    samples_per_prompt: int | None = None  # the task's group size, when it fixes one
 
 
 @dataclass
@@ -199,13 +201,17 @@ def assigned_slice(rules: Rules, worker_key: bytes, version: int, prompts: tuple
 
 def _schema(samples, claim: Claim, rules: Rules) -> tuple[str, dict] | None:
     spp = claim.samples_per_prompt
+    if rules.samples_per_prompt is not None and spp != rules.samples_per_prompt:
+        return "claim", {"samples_per_prompt": spp, "expected": rules.samples_per_prompt}
     if len(samples) != len(claim.prompt_indices) * spp or not samples:
         return "claim", {"samples": len(samples), "expected": len(claim.prompt_indices) * spp}
     for i, s in enumerate(samples):
         try:
             ok = (isinstance(s.proof, (bytes, bytearray)) and len(s.token_ids) >= 1
                   and len(s.logprobs) == len(s.token_ids) and isinstance(s.finished, bool)
-                  and math.isfinite(float(s.reward)) and len(s.prompt_ids) >= 1)
+                  and math.isfinite(float(s.reward)) and len(s.prompt_ids) >= 1
+                  and all(operator.index(t) == t for t in list(s.token_ids) + list(s.prompt_ids))
+                  and torch.as_tensor(s.logprobs, dtype=torch.float32).shape == (len(s.token_ids),))
         except (TypeError, ValueError, AttributeError):
             ok = False
         if not ok:

@@ -97,6 +97,9 @@ def test_a_swapped_proof_fails_toploc(task, honest_batch):
     (lambda s, c: ([replace(s[0], sample_index=1)] + s[1:], c), "claim"),
     (lambda s, c: ([replace(s[0], logprobs=s[0].logprobs[:-1])] + s[1:], c), "schema"),
     (lambda s, c: ([replace(s[0], proof="x")] + s[1:], c), "schema"),
+    (lambda s, c: ([replace(s[0], logprobs=["x"] * len(s[0].token_ids))] + s[1:], c), "schema"),
+    (lambda s, c: ([replace(s[0], token_ids=[3.0] + s[0].token_ids[1:])] + s[1:], c), "schema"),
+    (lambda s, c: (s, replace(c, samples_per_prompt=2)), "claim"),
     (lambda s, c: ([replace(s[0], token_ids=[99] + s[0].token_ids[1:])] + s[1:], c), "limits"),
     (lambda s, c: ([replace(s[0], prompt_ids=s[0].prompt_ids[:-1] + [3])] + s[1:], c), "prompt"),
 ])

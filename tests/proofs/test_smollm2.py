@@ -22,10 +22,13 @@ def test_smollm2_honest_passes_and_cheats_fail():
     v = task.check(samples, claim)
     assert (v.passed, v.reason) == (True, "ok"), v.evidence
 
-    fake = adv.fabricate(model, samples, task.answer, task.reward, task.rules.eos_id)
-    if fake != samples:  # nothing to fabricate when both samples were already right
-        fake_claim = adv.claim_for(fake, claim.worker_key, claim.version, claim.prompt_indices, task.spp)
-        assert task.check(fake, fake_claim).reason == "sampling"
+    def choose(i):  # a reply the sampler did not draw
+        return tok(f"It is {task.env.prompt(i).answer}", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+
+    assert all(choose(s.prompt_index) != s.token_ids for s in samples)
+    fake = adv.fabricate(model, samples, choose, task.reward, task.rules.eos_id, only_failed=False)
+    fake_claim = adv.claim_for(fake, claim.worker_key, claim.version, claim.prompt_indices, task.spp)
+    assert task.check(fake, fake_claim).reason == "sampling"
 
     cheaper = copy.deepcopy(model)
     cheaper.model.layers = cheaper.model.layers[:15]
