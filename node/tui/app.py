@@ -151,6 +151,10 @@ class SwarmTUI(App):
         snap = result.snapshot
         if self.connected is False:
             self.log_event("node", f"reconnected to {result.data_dir}")
+        elif self.connected is None:
+            self.log_event("node", f"connected to {model.short_id(snap.get('peer_id'))} at {result.data_dir}: "
+                                   f"{len(model.lst(snap.get('alive')))} peers alive, "
+                                   f"{len(model.lst(snap.get('tasks')))} task(s)")
         self.connected, self.last_error = True, ""
         old = self.snap
         if old is not None and (model.num(snap.get("uptime")) or 0) < (model.num(old.get("uptime")) or 0):
@@ -246,8 +250,9 @@ class SwarmTUI(App):
         if len(lines) == 2:
             lines.append("  (no task known yet)")
         lines += ["", "peers"]
-        for _, cells in model.peer_rows(snap)[:12]:
-            lines.append("  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, (14, 16, 6, 9, 8, 9, 9, 10, 6, 6))))
+        widths = (14, 16, 6, 9, 10, 9, 9, 10, 6, 6)
+        for cells in [model.PEER_COLUMNS] + [cells for _, cells in model.peer_rows(snap)[:12]]:
+            lines.append("  " + "  ".join(f"{c:<{w}}" for c, w in zip(cells, widths)).rstrip())
         return "\n".join(lines)
 
     def _draw_chart(self, snap: dict) -> None:
