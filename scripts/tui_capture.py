@@ -31,8 +31,10 @@ from node.control import ControlError, call  # noqa: E402
 from node.procs import start_peer, stop_processes  # noqa: E402
 from node.taskfile import EXAMPLE  # noqa: E402
 
-PANELS = (("1", "Overview"), ("2", "Peers"), ("3", "Gossip"), ("4", "Tasks"), ("5", "Work"), ("6", "Rewards"),
-          ("7", "Events"))
+# (keys to send, what the screen then shows): every panel of peer0, then a worker's view (n: next node).
+STEPS = (("1", "panel 1: Overview"), ("2", "panel 2: Peers"), ("3", "panel 3: Gossip"), ("4", "panel 4: Tasks"),
+         ("5", "panel 5: Work"), ("6", "panel 6: Rewards"), ("7", "panel 7: Events"),
+         ("n4", "key n (next node: peer1), panel 4: Tasks"), ("5", "panel 5: Work of peer1"))
 
 
 def main() -> int:
@@ -66,23 +68,24 @@ def main() -> int:
         say(f"announced task {task['task_id']}")
         _wait_for_swarm(dirs, args.settle, jobs, args.wait)
         cols, rows = args.size.split("x")
-        cmd = f"{sys.executable} -m node.cli tui --base-dir {base}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", cols, "-y", rows, "-c", str(ROOT), cmd],
-                       check=True)
-        subprocess.run(["tmux", "set-option", "-t", session, "status", "off"], check=True)  # the pane is the screen
-        time.sleep(4)  # textual start-up and the first polls (rates need two)
+        # The short sleep lets tmux drop its status bar before the app measures the terminal.
+        cmd = f"sleep 0.5; exec {sys.executable} -m node.cli tui --base-dir {base}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", cols, "-y", rows, "-c", str(ROOT), cmd,
+                        ";", "set-option", "-t", session, "status", "off"], check=True)
+        time.sleep(5)  # textual start-up and the first polls (rates need two)
         screens = []
-        for key, name in PANELS:
-            subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
-            time.sleep(2.5)
+        for keys, name in STEPS:
+            for key in keys:
+                subprocess.run(["tmux", "send-keys", "-t", session, key], check=True)
+                time.sleep(2.5)
             pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], check=True, capture_output=True,
                                   text=True).stdout
-            screens.append(f"===== panel {key}: {name} =====\n{pane.rstrip()}\n")
+            screens.append(f"===== {name} =====\n{pane.rstrip()}\n")
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=False)
         time.sleep(1)
         header = (f"swarm-node tui, captured by scripts/tui_capture.py on {time.strftime('%Y-%m-%d %H:%M')} from a "
                   f"real 4-peer local swarm ({'trainer + 3 workers' if jobs else '4 relays'}) in a {args.size} "
-                  f"tmux pane; one screen per panel (keys 1-7).\n\n")
+                  f"tmux pane; one screen per step.\n\n")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(header + "\n".join(screens))
         say(f"wrote {args.out}")

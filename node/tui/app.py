@@ -32,7 +32,9 @@ PANELS = (("overview", "1 Overview"), ("peers", "2 Peers"), ("gossip", "3 Gossip
 class SwarmTUI(App):
     TITLE = "swarm-node tui"
     CSS = """
+    Screen { overflow: hidden; }
     #status { height: 1; padding: 0 1; background: $boost; }
+    #panels, #panels > ContentSwitcher, TabPane { height: 1fr; }
     #status.disconnected { background: $error; color: $text; }
     .section { padding: 0 1; }
     .title { text-style: bold; padding: 0 1; }
