@@ -195,6 +195,7 @@ def calibrate(setup: Setup, batches: int) -> dict:
     measured = {}
     for name, model in groups.items():
         n = batches if name.startswith("honest") else max(2, batches // 4)
+        print(f"calibrating {setup.name}: {name}, {n} batches", file=sys.stderr)
         measured[name] = merge([measure(setup, *setup.honest(model, 1000 + b // 4, b % 4)) for b in range(n)])
     honest = merge([measured["honest-exact"], measured["honest-noise"]])
     lowprec = merge([measured["bf16"], measured["int8"]])
@@ -223,6 +224,7 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
             toploc.verify_chunks(s.proof, h)
         timer["toploc_verify"] += time.perf_counter() - t
         rejected += not verdict.passed
+        print(f"{setup.name} honest batch {b}: {verdict.reason}", file=sys.stderr)
         if not verdict.passed:
             reasons[verdict.reason] = reasons.get(verdict.reason, 0) + 1
         tokens += claim.num_tokens
@@ -230,7 +232,10 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
         seen.add(content_digest(samples))
         honest_runs.append((samples, claim))
     n_rollouts = honest_batches * setup.k * setup.spp
+    record = toploc.load_calibration(setup.model_name)
     out = {"model": setup.model_name, "rollouts_per_batch": setup.k * setup.spp,
+           "thresholds": record["thresholds"],
+           "calibration_rollouts": record["setup"]["rollouts_per_group"],
            "honest": {"batches": honest_batches, "rollouts": n_rollouts, "rejected_batches": rejected,
                       "false_rejection_rate": rejected / honest_batches, "reasons": reasons},
            "proof_bytes_per_token": proof_bytes / tokens,
@@ -267,6 +272,7 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
             verdict = check_batch(samples, claim, setup.rules, validator, seen=seen_here)
             caught += not verdict.passed
             why[verdict.reason] = why.get(verdict.reason, 0) + 1
+        print(f"{setup.name} {kind}: {caught}/{cheat_batches} caught {why}", file=sys.stderr)
         out["cheats"][kind] = {"batches": cheat_batches, "detection_rate": caught / cheat_batches, "reasons": why}
     return out
 

@@ -13,9 +13,11 @@ validator as little as possible and the verdict names one stable reason:
   proof-null / proof-format / toploc    TOPLOC (see proofs.toploc)
   logprob / sampling / implausible      under the validator's logits (see proofs.sampling)
 
-Each verdict carries its evidence (which sample, chunk or token failed and the numbers) and
+Each verdict carries its evidence (reason, which sample, chunk or token position failed) and
 `evidence_hash` = blake2b-256 over the canonical JSON of that evidence, bound to the commitment
-(worker key, version, prompt list), so any peer can re-run the check and compare hashes.
+(worker key, version, prompt list), so any peer can re-run the check and compare hashes. The
+measured numbers (errors, z, gaps) ride beside it in `numbers`, outside the hash, because honest
+hardware differs in them by float noise.
 
 Nothing here imports trainer/ (it sits above proofs/): the job passes in the model plus two
 callables from its environment, `prompt_ids(index)` and `reward(index, token_ids, finished)`.
@@ -99,27 +101,32 @@ class Validator:
 
 @dataclass(frozen=True)
 class Verdict:
+    """`evidence` holds only discrete, reproducible facts (reason, commitment, which sample, chunk
+    or position failed), so a validator on other hardware that re-runs the check gets the same
+    `evidence_hash`; the measured numbers, which differ by float noise, are in `numbers`."""
+
     passed: bool
     reason: str
     evidence: dict = field(repr=False)
     evidence_hash: bytes = b""
+    numbers: dict = field(default_factory=dict, repr=False)
 
     @property
     def detail(self) -> str:
         """A short human line for the gossip verdict's `detail` field (at most 256 chars)."""
-        return json.dumps({k: v for k, v in self.evidence.items() if k != "commitment"},
-                          sort_keys=True, separators=(",", ":"))[:256]
+        where = {k: v for k, v in self.evidence.items() if k not in ("commitment", "reason")}
+        return json.dumps({**where, **self.numbers}, sort_keys=True, separators=(",", ":"))[:256]
 
 
 def canonical(evidence: dict) -> bytes:
     return json.dumps(evidence, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _verdict(claim: Claim, reason: str, **numbers) -> Verdict:
-    evidence = {"reason": reason, "commitment": {"worker": claim.worker_key.hex(), "version": claim.version,
-                                                 "prompts": list(claim.prompt_indices)}, **numbers}
-    evidence = _finite(evidence)
-    return Verdict(reason == OK, reason, evidence, hashlib.blake2b(canonical(evidence), digest_size=32).digest())
+def _verdict(claim: Claim, reason: str, numbers: dict | None = None, **where) -> Verdict:
+    evidence = _finite({"reason": reason, "commitment": {"worker": claim.worker_key.hex(), "version": claim.version,
+                                                         "prompts": list(claim.prompt_indices)}, **where})
+    digest = hashlib.blake2b(canonical(evidence), digest_size=32).digest()
+    return Verdict(reason == OK, reason, evidence, digest, _finite(numbers or {}))
 
 
 def _finite(x):
@@ -239,7 +246,7 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
     """Every check of one committed batch; `seen` holds content digests of batches checked before."""
     bad = _schema(samples, claim, rules)
     if bad:
-        return _verdict(claim, bad[0], **bad[1])
+        return _verdict(claim, bad[0], **bad[1])  # all discrete: counts and indices
     digest = content_digest(samples)
     if digest in seen:
         return _verdict(claim, "duplicate", content=digest.hex())
@@ -251,14 +258,14 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
             return _verdict(claim, "prompt", sample=i)
         expected = float(validator.reward(s.prompt_index, list(s.token_ids), s.finished))
         if abs(expected - float(s.reward)) > 1e-6:
-            return _verdict(claim, "reward", sample=i, claimed=float(s.reward), recomputed=expected)
+            return _verdict(claim, "reward", {"claimed": float(s.reward), "recomputed": expected}, sample=i)
     for i, s in enumerate(samples):
         try:
             toploc.parse_proof(s.proof, len(s.token_ids))
         except toploc.ProofError as e:
-            return _verdict(claim, e.code, sample=i, error=str(e))
+            return _verdict(claim, e.code, {"error": str(e)}, sample=i)
 
-    evidence, worst_chunk = [], None
+    evidence, worst = [], toploc.ChunkResult(0, 0.0, 0.0)
     prefills = forward_many(validator.model, [(s.prompt_ids, s.token_ids) for s in samples])
     for i, s in enumerate(samples):
         logits, hidden = prefills[i]
@@ -266,21 +273,25 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
         j = toploc.first_failing_chunk(chunks, validator.toploc)
         if j is not None:
             c = chunks[j]
-            return _verdict(claim, "toploc", sample=i, chunk=j, exp_mismatches=c.exp_mismatches,
-                            mant_err_mean=c.mant_err_mean, mant_err_median=c.mant_err_median)
-        worst = max(chunks, key=lambda c: (c.exp_mismatches, c.mant_err_mean))
-        worst_chunk = worst if worst_chunk is None or worst.exp_mismatches > worst_chunk.exp_mismatches else worst_chunk
+            return _verdict(claim, "toploc", {"exp_mismatches": c.exp_mismatches, "mant_err_mean": c.mant_err_mean,
+                                              "mant_err_median": c.mant_err_median}, sample=i, chunk=j)
+        worst = toploc.ChunkResult(max([worst.exp_mismatches] + [c.exp_mismatches for c in chunks]),
+                                   max([worst.mant_err_mean] + [c.mant_err_mean for c in chunks]),
+                                   max([worst.mant_err_median] + [c.mant_err_median for c in chunks]))
         seed = sample_seed(rules.task_id, claim.worker_key, claim.version, s.prompt_index, s.sample_index)
         ev = sampling.sample_evidence(logits, list(s.token_ids), s.logprobs, seed, rules.temperature)
         why = sampling.sample_failure(ev, validator.sampling, rules.replay)
+        if why == "logprob":
+            return _verdict(claim, why, {"logprob_err": ev.max_logprob_err}, sample=i, position=ev.logprob_err_at)
         if why:
-            return _verdict(claim, why, sample=i, max_logprob_err=ev.max_logprob_err, at=ev.logprob_err_at,
-                            mismatches=[list(m) for m in ev.mismatches[:8]])
+            far = [m for m in ev.mismatches if m[3] > validator.sampling.max_tie_gap] or list(ev.mismatches)
+            return _verdict(claim, why, {"mismatches": [list(m) for m in ev.mismatches[:8]]}, sample=i,
+                            position=far[0][0], claimed=far[0][1], replayed=far[0][2])
         evidence.append(ev)
     z = sampling.batch_z(evidence)
     if not abs(z) <= validator.sampling.max_abs_z:
-        return _verdict(claim, "implausible", z=z, surprisal=sum(e.surprisal for e in evidence),
-                        entropy=sum(e.entropy for e in evidence))
-    return _verdict(claim, OK, batch=batch, content=digest.hex(), z=round(z, 4),
-                    max_logprob_err=max(e.max_logprob_err for e in evidence),
-                    max_exp_mismatches=worst_chunk.exp_mismatches if worst_chunk else 0)
+        return _verdict(claim, "implausible", {"z": z, "surprisal": sum(e.surprisal for e in evidence),
+                                               "entropy": sum(e.entropy for e in evidence)})
+    return _verdict(claim, OK, {"z": z, "max_logprob_err": max(e.max_logprob_err for e in evidence),
+                                "worst_chunk": [worst.exp_mismatches, worst.mant_err_mean, worst.mant_err_median]},
+                    batch=batch, content=digest.hex())
