@@ -1,0 +1,272 @@
+"""Runs the core's `RunJob` effects in one persistent child process, one job at a time, in order.
+
+Why a process and not a thread: torch work holds the GIL for long stretches and would stall the
+trio loop (gossip validation, heartbeats); a separate process also keeps models cached between jobs
+and can be killed and restarted if it dies. Why only one: the machine has two cores shared by
+several peers, and each torch process uses one thread (OMP_WAIT_POLICY=PASSIVE, else idle OpenMP
+threads spin and everything slows about 10x).
+
+    runner = JobRunner(blob_dir, state_dir, driver.feed)
+    await nursery.start(runner.run)      # child started; jobs may be submitted now
+    runner.submit(run_job)               # sync, never blocks; the result comes back through feed()
+
+Results are read from the pipe in a worker thread and fed to the core on the trio thread as
+`JobFinished(job_id, ok, result, error)`. If the child dies, the job it was running and every
+queued job fail with a clear error, and a fresh child is started. On cancellation the child is
+terminated by PID (SIGTERM, then SIGKILL) within `STOP_GRACE` seconds.
+
+Child -> parent messages: ("ready",), ("progress", job_id, fields), ("done", job_id, ok, result, error),
+("fatal", message) when the child cannot start (e.g. torch missing).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import traceback
+from collections import deque
+from pathlib import Path
+from typing import Callable
+
+import trio
+
+from swarm.io import JobFinished, RunJob
+
+MAX_QUEUE = 64
+STOP_GRACE = 3.0
+POLL = 0.2  # how often the reading thread checks whether it should give up
+RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a child that keeps dying
+
+
+class JobRunner:
+    def __init__(self, blob_dir: Path, state_dir: Path, feed: Callable[[JobFinished], object], *,
+                 max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None) -> None:
+        self.blob_dir, self.state_dir = Path(blob_dir), Path(state_dir)
+        self.feed = feed
+        self.log = log or (lambda event, **fields: None)
+        self.max_queue = max_queue
+        self._queue: deque[RunJob] = deque()
+        self._wakeup = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._proc = None
+        self._conn = None
+        self.current: RunJob | None = None
+        self.restarts = 0
+        self.fatal = ""  # why the child could not start, if it said so
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def submit(self, job: RunJob) -> None:
+        """Queue a job (called from the trio thread, inside the core's effect handling: never feeds
+        the core directly, so a refusal is fed from a separate task)."""
+        if self._nursery is None:
+            raise RuntimeError("JobRunner.submit before run() started")
+        if len(self._queue) >= self.max_queue:
+            self._nursery.start_soon(self._feed, JobFinished(job.job_id, False, None, "job queue full"))
+            return
+        self._queue.append(job)
+        self._wakeup.set()
+
+    async def _feed(self, done: JobFinished) -> None:
+        self.feed(done)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                self._start_child()
+                task_status.started()
+                await self._serve()
+            finally:
+                self._nursery = None
+                with trio.CancelScope(shield=True):
+                    await self._stop_child()
+
+    # ---------------------------------------------------------------- the loop
+
+    async def _serve(self) -> None:
+        backoff = RESTART_BACKOFF[0]
+        while True:
+            while not self._queue:
+                self._wakeup = trio.Event()
+                await self._wakeup.wait()
+            job = self._queue.popleft()
+            self.current = job
+            try:
+                outcome = await self._run_one(job)
+            finally:
+                self.current = None
+            if outcome is not None:
+                backoff = RESTART_BACKOFF[0]
+                self.feed(outcome)
+                continue
+            # the child died: fail this job and everything queued behind it, then start a new one.
+            # Its pipe closes a moment before it can be reaped: wait (bounded) for the exit status.
+            code = await self._exit_status()
+            error = (f"job process died ({_describe_exit(code)}) before finishing {job.kind} job {job.job_id}; "
+                     f"it is being restarted{': ' + self.fatal if self.fatal else ''}")
+            failed = [job] + list(self._queue)
+            self._queue.clear()
+            self.log("job-process-died", exit=str(code), failed=len(failed), fatal=self.fatal)
+            for j in failed:
+                self.feed(JobFinished(j.job_id, False, None, error if j is job else
+                                      f"job process died before this {j.kind} job ran ({_describe_exit(code)})"))
+            await self._stop_child()
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, RESTART_BACKOFF[1])
+            self.restarts += 1
+            self._start_child()
+
+    async def _run_one(self, job: RunJob) -> JobFinished | None:
+        """Send one job and wait for its answer; None if the child died first."""
+        try:
+            self._conn.send((job.job_id, job.kind, job.payload))
+        except (OSError, EOFError, ValueError):
+            return None
+        except Exception as exc:  # the payload could not be pickled: the job's fault, not the child's
+            return JobFinished(job.job_id, False, None, f"{job.kind} job could not be sent: {exc}")
+        while True:
+            msg = await trio.to_thread.run_sync(self._recv, abandon_on_cancel=True)
+            if msg is None:
+                return None
+            tag = msg[0]
+            if tag == "progress" and msg[1] == job.job_id:
+                self.log("job-progress", job=job.job_id, kind=job.kind, **dict(msg[2]))
+            elif tag == "done" and msg[1] == job.job_id:
+                _, _, ok, result, error = msg
+                return JobFinished(job.job_id, bool(ok), result, str(error))
+            elif tag == "fatal":
+                self.fatal = str(msg[1])
+
+    def _recv(self):
+        """Blocking read in a worker thread; None when the child is gone."""
+        conn, proc = self._conn, self._proc
+        while True:
+            try:
+                if conn.poll(POLL):
+                    return conn.recv()
+            except (EOFError, OSError):
+                return None
+            except Exception:  # an unpicklable answer: treat the child as broken
+                return None
+            if proc is None or not proc.is_alive():
+                try:
+                    if conn.poll(0):
+                        return conn.recv()
+                except (EOFError, OSError):
+                    pass
+                return None
+
+    # ---------------------------------------------------------------- the child
+
+    def _start_child(self) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        self.fatal = ""
+        proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir)),
+                           name="swarm-jobs", daemon=True)
+        proc.start()
+        child.close()  # our copy of the child's end: its death must give us EOF
+        self._proc, self._conn = proc, parent
+        self.log("job-process-started", pid=proc.pid)
+
+    async def _exit_status(self) -> int | None:
+        proc = self._proc
+        if proc is None:
+            return None
+        with trio.move_on_after(STOP_GRACE):
+            while proc.is_alive():
+                await trio.sleep(0.02)
+        return proc.exitcode
+
+    async def _stop_child(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if proc is None:
+            return
+        if proc.is_alive():
+            try:
+                conn.send(None)  # a polite stop between jobs
+            except Exception:
+                pass
+            with trio.move_on_after(0.2):
+                while proc.is_alive():
+                    await trio.sleep(0.02)
+        if proc.is_alive():
+            _signal(proc.pid, signal.SIGTERM)
+            with trio.move_on_after(STOP_GRACE):
+                while proc.is_alive():
+                    await trio.sleep(0.05)
+        if proc.is_alive():
+            _signal(proc.pid, signal.SIGKILL)
+            with trio.move_on_after(STOP_GRACE):
+                while proc.is_alive():
+                    await trio.sleep(0.05)
+        proc.join(timeout=0)
+        conn.close()
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _describe_exit(code) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def child_main(conn, blob_dir: str, state_dir: str) -> None:
+    """The job process: one torch thread, passive OpenMP waits, one JobWorker for its lifetime."""
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        from trainer.jobs import JobError, JobWorker
+    except BaseException as exc:
+        conn.send(("fatal", f"the job process cannot start: {type(exc).__name__}: {exc}"))
+        raise SystemExit(3)
+    current = {"id": None}
+    worker = JobWorker(Path(blob_dir), Path(state_dir),
+                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
+    conn.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if msg is None:
+            return
+        job_id, kind, payload = msg
+        current["id"] = job_id
+        try:
+            result = worker.run(kind, payload)
+            answer = ("done", job_id, True, result, "")
+        except JobError as exc:
+            answer = ("done", job_id, False, None, str(exc))
+        except MemoryError:
+            answer = ("done", job_id, False, None, f"{kind} job ran out of memory")
+        except Exception as exc:  # a bug: report it with the place it happened, keep serving
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            answer = ("done", job_id, False, None, f"{kind} job failed: {type(exc).__name__}: {exc} "
+                      f"(at {Path(where.filename).name}:{where.lineno})")
+            traceback.print_exc()
+        try:
+            conn.send(answer)
+        except Exception as exc:  # an unpicklable result
+            conn.send(("done", job_id, False, None, f"{kind} job result could not be sent: {exc}"))
+

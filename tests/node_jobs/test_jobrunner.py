@@ -1,0 +1,93 @@
+"""The job process: jobs run in order in one child, results come back through feed(), failures are
+reported, a killed child is replaced, and stopping the runner ends the child."""
+
+import os
+import signal
+
+import trio
+
+from node.jobrunner import STOP_GRACE, JobRunner
+from swarm.io import JobFinished, RunJob
+from swarm.jobs import GenerateJob, InitJob, TaskSpec
+
+# warm-up and evaluation sized for a test: init then takes about a second in the child
+QUICK = TaskSpec("t-runner", "builtin:digit-sort-tiny", "digit-sort",
+                 {"warmup_steps": 2, "eval_prompts": 8, "group_size": 2})
+SLOW = TaskSpec("t-runner", "builtin:digit-sort-tiny", "digit-sort", {"warmup_steps": 100000})
+
+
+class Harness:
+    def __init__(self, tmp_path, **kw):
+        self.done: list[JobFinished] = []
+        self.events: list[tuple[str, dict]] = []
+        self.runner = JobRunner(tmp_path / "blobs", tmp_path / "state", self.done.append,
+                                log=lambda event, **f: self.events.append((event, f)), **kw)
+
+    async def wait(self, predicate, timeout=60.0):
+        with trio.fail_after(timeout):
+            while not predicate():
+                await trio.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_jobs_run_in_order_failures_and_refusals_come_back(tmp_path):
+    h = Harness(tmp_path, max_queue=3)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(QUICK, seed=3)))
+        h.runner.submit(RunJob(2, "generate", GenerateJob(QUICK, 0, b"\x05" * 32, (1,), 2, b"w" * 32)))
+        h.runner.submit(RunJob(3, "no-such-kind", None))
+        h.runner.submit(RunJob(4, "no-such-kind", None))  # the queue holds 3: refused
+        assert h.done == []  # never fed from inside submit (the core may be mid-handle)
+        await h.wait(lambda: len(h.done) == 4)
+        assert h.done[0].job_id == 4 and not h.done[0].ok and h.done[0].error == "job queue full"
+        assert [d.job_id for d in h.done[1:]] == [1, 2, 3]
+        v0 = h.done[1]
+        assert v0.ok and v0.result.version == 0 and (tmp_path / "blobs" / v0.result.weights.hex()).is_file()
+        assert not h.done[2].ok and "not in" in h.done[2].error  # the weights blob was never stored
+        assert not h.done[3].ok and "unknown job kind" in h.done[3].error
+        # the same child keeps serving, with the init's policy cached
+        h.runner.submit(RunJob(5, "generate", GenerateJob(QUICK, 0, v0.result.weights, (1, 2), 2, b"w" * 32)))
+        await h.wait(lambda: len(h.done) == 5)
+        assert h.done[4].ok and h.done[4].result.size > 0 and h.runner.restarts == 0
+        assert any(e == "job-progress" and f["stage"] == "warmup" for e, f in h.events)
+        nursery.cancel_scope.cancel()
+
+
+async def test_killed_child_is_replaced_and_cancellation_ends_the_child(tmp_path):
+    h = Harness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(SLOW, seed=0)))
+        h.runner.submit(RunJob(2, "init", InitJob(QUICK, seed=0)))
+        await h.wait(lambda: any(e == "job-progress" for e, _ in h.events))  # job 1 is mid warm-up
+        first = h.runner.pid
+        os.kill(first, signal.SIGKILL)
+        await h.wait(lambda: len(h.done) == 2)
+        assert [d.ok for d in h.done] == [False, False]
+        assert "job process died (killed by SIGKILL)" in h.done[0].error
+        assert "died before this init job ran" in h.done[1].error
+        h.runner.submit(RunJob(3, "init", InitJob(QUICK, seed=0)))
+        await h.wait(lambda: len(h.done) == 3)
+        assert h.done[2].ok and h.runner.restarts == 1 and h.runner.pid != first and not alive(first)
+        # stopping while a long job runs: the child is terminated, within the grace period
+        h.events.clear()
+        h.runner.submit(RunJob(4, "init", InitJob(SLOW, seed=0)))
+        await h.wait(lambda: any(e == "job-progress" for e, _ in h.events))
+        second = h.runner.pid
+        t0 = trio.current_time()
+        nursery.cancel_scope.cancel()
+    assert trio.current_time() - t0 < STOP_GRACE + 1
+    assert not alive(second) and h.runner.pid is None
+    assert len(h.done) == 3  # a stopping node is not told about jobs it will never see finish
