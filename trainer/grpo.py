@@ -41,6 +41,7 @@ class GRPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping threshold
     temperature: float = 1.0  # sampling temperature for rollouts
     max_new_tokens: int = 10  # digit-sort answers are at most 8 digits + eos
+    format_weight: float = 0.0  # rollout reward = task reward + this x the env's format reward
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,

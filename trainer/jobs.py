@@ -35,7 +35,7 @@ from trainer.grpo import grpo_step, make_optimizer
 from trainer.inference import TorchBackend, sample_seed
 from trainer.policy import PolicyError, base_model, is_builtin, load_weights, weights_bytes
 from trainer.rollout import accuracy, completion_text, score
-from trainer.taskconfig import ParamError, float_param, grpo_config, int_param, warmup_config
+from trainer.taskconfig import ParamError, grpo_config, int_param, warmup_config
 from trainer.train_batch import build_batch
 
 POLICY_CACHE = 3  # policies kept in memory: the current version and an async window of 2
@@ -110,7 +110,6 @@ class JobWorker:
         """`samples_per_prompt` seeded completions per assigned prompt, scored, stored as one batch."""
         task = job.task
         cfg = grpo_config(task.params)
-        format_weight = float_param(task.params, "format_weight", 0.0)
         env = _env(task.env)
         if not job.prompt_indices or job.samples_per_prompt < 1:
             raise JobError("generate: the job names no prompts or no samples per prompt")
@@ -127,7 +126,7 @@ class JobWorker:
             p, s = divmod(k, job.samples_per_prompt)
             prompt = prompts[p]
             reward = _env_call(task.env, f"scoring prompt {prompt.index}", lambda: score(
-                env, prompt, completion_text(tokenizer, c), c.finished, format_weight))
+                env, prompt, completion_text(tokenizer, c), c.finished, cfg.format_weight))
             samples.append(RolloutSample(
                 prompt_index=job.prompt_indices[p], sample_index=s, prompt_ids=tuple(c.prompt_ids),
                 token_ids=tuple(c.token_ids), logprobs=c.logprobs.numpy(), reward=float(reward),

@@ -68,16 +68,23 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
         indices = assign_prompts(cfg.task_id, b"local", step, g.prompts_per_step, env.n_prompts)
         rollouts = generate_rollouts(env, tokenizer, backend, indices, samples=g.samples_per_prompt,
                                      max_new_tokens=g.max_new_tokens, temperature=g.temperature,
-                                     task_id=cfg.task_id, policy_version=step)
+                                     task_id=cfg.task_id, policy_version=step,
+                                     format_weight=g.format_weight)
         t1 = time.monotonic()
         rewards = torch.tensor([r.reward for r in rollouts])
         adv = group_advantages(rewards, g.samples_per_prompt, g.std_normalize)
-        batch = make_batch([r.completion.prompt_ids for r in rollouts],
-                           [r.completion.token_ids for r in rollouts],
-                           [r.completion.logprobs for r in rollouts], adv, tokenizer.pad_token_id)
-        stats = grpo_step(model, optimizer, batch, g)
+        # as the swarm's trainer job does (trainer/train_batch.py): completions whose whole group
+        # scored the same carry no gradient, so they cost no forward/backward pass
+        keep = [k for k in range(len(rollouts)) if adv[k] != 0]
+        stats = {}
+        if keep:
+            batch = make_batch([rollouts[k].completion.prompt_ids for k in keep],
+                               [rollouts[k].completion.token_ids for k in keep],
+                               [rollouts[k].completion.logprobs for k in keep], adv[keep],
+                               tokenizer.pad_token_id)
+            stats = grpo_step(model, optimizer, batch, g)
         step += 1
-        record = {"step": step, "reward": float(rewards.mean()), "gen_s": round(t1 - t0, 3),
+        record = {"step": step, "reward": float(rewards.mean()), "used": len(keep), "gen_s": round(t1 - t0, 3),
                   "train_s": round(time.monotonic() - t1, 3),
                   **{k: round(v, 5) for k, v in stats.items()}}
         if step % cfg.eval_every == 0 or finished():  # the last batch is always evaluated

@@ -27,6 +27,7 @@ GRPO_KEYS = {
     "weight_decay": ("weight_decay", float),
     "max_grad_norm": ("max_grad_norm", float),
     "std_normalize": ("std_normalize", bool),
+    "format_weight": ("format_weight", float),
     "beta1": ("betas", float),
     "beta2": ("betas", float),
 }
@@ -44,7 +45,7 @@ def _value(params, key: str, typ: type):
         return raw
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (typ is int and not isinstance(raw, int)):
         raise ParamError(f"task param {key} must be {'an integer' if typ is int else 'a number'}, got {raw!r}")
-    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature")):
+    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature", "format_weight")):
         raise ParamError(f"task param {key} must be positive, got {raw!r}")
     return typ(raw)
 
@@ -77,10 +78,3 @@ def int_param(params, key: str, default: int, lo: int = 0) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo:
         raise ParamError(f"task param {key} must be an integer >= {lo}, got {raw!r}")
     return raw
-
-
-def float_param(params, key: str, default: float) -> float:
-    raw = params.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or raw < 0:
-        raise ParamError(f"task param {key} must be a number >= 0, got {raw!r}")
-    return float(raw)
