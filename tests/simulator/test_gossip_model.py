@@ -89,8 +89,6 @@ def test_partition_cuts_links_and_heals():
     assert kinds == ["partition", "heal"] and all(sim.net.side[i] == 0 for i in sim.live)
 
 
-@pytest.mark.xfail(strict=True, reason="core: peers marked gone during a partition are never re-dialed, so the "
-                                       "swarm stays split after it heals (simulator/CORE_CHANGES.md #3)")
 def test_swarm_reconverges_after_a_partition_heals():
     r = run_scenario(tiny(peers=12, duration=400, settle=60, extra=PARTITION, checks=("delivery-complete",)))
     assert r.ok, r.checks["delivery-complete"].violations[:3]
