@@ -244,8 +244,9 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
            "verify_over_generation": timer["verify"] / timer["generate"],
            "toploc_verify_over_generation": timer["toploc_verify"] / timer["generate"],
            "seconds": {k: round(v, 3) for k, v in timer.items()}, "cheats": {}}
-    cheap = {"other-model": setup.other, "low-precision": adv.bf16_copy(setup.model),
-             "int8-quant": adv.int8_copy(setup.model)}
+    bf16 = adv.bf16_copy(setup.model)
+    cheap = {"other-model": setup.other, "low-precision": bf16, "int8-quant": adv.int8_copy(setup.model),
+             "laundered": bf16}
     for kind in adv.KINDS + ("replay-unseen",):
         caught, why = 0, {}
         for b in range(cheat_batches):
@@ -255,7 +256,9 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
                 samples, claim = setup.honest(cheap[kind], version, batch)
             else:
                 samples, claim = setup.honest(setup.model, version, batch)
-            if kind == "fabricated-tokens":
+            if kind == "laundered":
+                samples = adv.launder(setup.model, samples)
+            elif kind == "fabricated-tokens":
                 samples = adv.fabricate(setup.model, samples, setup.answer, setup.reward, setup.rules.eos_id)
             elif kind == "inflated-reward":
                 samples = adv.inflate(samples)

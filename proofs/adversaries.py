@@ -6,6 +6,9 @@ rational ones, each aimed at a different check:
 
   other-model       generate with a different model (cheaper, or just wrong weights)
   low-precision     generate with a bf16 (or int8 fake-quantised) copy while the task says fp32
+  laundered         sample in bf16, then recompute logprobs and proofs with the fp32 model, so
+                    only the tokens themselves still carry the bf16 sampling: caught by the replay
+                    where a seeded draw flips, so per batch with a probability growing with its size
   fabricated-tokens replace failed samples by chosen tokens (the right answer) and compute their
                     logprobs and activations honestly, so TOPLOC and the logprob check pass
   inflated-reward   honest generation, rewards claimed as 1
@@ -28,7 +31,7 @@ from gossip.assignment import assign_prompts, sample_seed
 from proofs import toploc
 from proofs.checks import Claim, Rules, forward
 
-KINDS = ("other-model", "low-precision", "int8-quant", "fabricated-tokens", "inflated-reward",
+KINDS = ("other-model", "low-precision", "int8-quant", "laundered", "fabricated-tokens", "inflated-reward",
          "cherry-pick", "replay")
 
 
@@ -93,6 +96,16 @@ def fabricate(model, samples: list[Sample], choose: Callable[[int], Sequence[int
         finished = ids[-1] == eos_id
         out.append(replace(s, token_ids=ids, logprobs=[float(x) for x in logp], finished=finished,
                            reward=float(reward(s.prompt_index, ids, finished)), proof=toploc.build_proof(hidden)))
+    return out
+
+
+def launder(model, samples: list[Sample]) -> list[Sample]:
+    """Keep the (cheaply sampled) tokens, recompute their logprobs and proofs with `model`."""
+    out = []
+    for s in samples:
+        logits, hidden = forward(model, s.prompt_ids, s.token_ids)
+        logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(s.token_ids)[:, None])[:, 0]
+        out.append(replace(s, logprobs=[float(x) for x in logp], proof=toploc.build_proof(hidden)))
     return out
 
 

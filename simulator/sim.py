@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from gossip.envelope import EnvelopeMemo
 from gossip.identity import Identity
 from gossip.messages import TaskAnnouncement
-from simulator import adversaries, speedups
+from simulator import adversaries
 from simulator.flows import Flow, FlowScheduler
 from simulator.gossip_model import GossipRouter, Msg
 from simulator.loop import EventLoop
@@ -84,7 +84,6 @@ class Simulation:
         or in tests a subclass that emits effects the real roles do not emit yet (RunJob)."""
         self.scenario = s = scenario
         self.core_factory = core_factory
-        speedups.install()
         self.seed = s.seed
         self.trace = trace
         self.loop = EventLoop()

@@ -36,6 +36,23 @@ def test_other_weights_fail_toploc(task, other_model, kind, reason):
     assert {"sample", "chunk"} <= set(v.evidence) and {"exp_mismatches", "mant_err_mean"} <= set(v.numbers)
 
 
+def test_laundered_low_precision_is_caught_by_the_sampling_replay(task):
+    """bf16 sampling with fp32 logprobs and proofs recomputed: only tokens whose seeded draw flips
+    under bf16 betray it, so detection is per token and a batch is caught with a probability that
+    grows with its size (measured: 0/6 batches of 8 completions, 2/6 of 32, 4/6 of 64). A persistent
+    launderer is caught within a few batches of 64 completions, always by the sampling check."""
+    from tests.proofs.conftest import Task
+
+    big = Task(task.model, task.tok, prompts=8, spp=8)
+    cheap = adv.bf16_copy(task.model)
+    reasons = []
+    for batch in range(4):
+        samples, claim = big.honest(cheap, version=7, batch=batch)
+        washed = adv.launder(task.model, samples)
+        reasons.append(big.check(washed, _recommit(washed, claim)).reason)
+    assert "sampling" in reasons and set(reasons) <= {"ok", "sampling"}, reasons
+
+
 def test_fabricated_tokens_pass_toploc_but_fail_sampling(task):
     samples, claim = task.honest(version=6, batch=0)
     fake = adv.fabricate(task.model, samples, task.answer, task.reward, task.rules.eos_id)
