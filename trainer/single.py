@@ -28,7 +28,7 @@ class SingleConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     seconds: float = 180.0  # wall-clock budget for the RL loop (evaluation included)
     max_steps: int | None = None  # stop after this many GRPO batches, whichever comes first
-    eval_every: int = 5  # held-out evaluation every N batches (and at start and end)
+    eval_every: int = 5  # held-out evaluation every N batches (and at start and end); 0 = never
     eval_prompts: int = 256  # held-out prompts per evaluation
     task_id: str = "single"  # feeds prompt assignment and sampling seeds
 
@@ -42,8 +42,13 @@ def evaluate(env: Environment, tokenizer, backend: Backend, cfg: SingleConfig, s
 
 
 def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleConfig(),
-               log: Callable[[dict], None] | None = None) -> list[dict]:
-    """Train `model` in place with GRPO; returns one record per batch (evaluations included)."""
+               log: Callable[[dict], None] | None = None,
+               checkpoint: Callable[[dict, torch.nn.Module], None] | None = None) -> list[dict]:
+    """Train `model` in place with GRPO; returns one record per batch (evaluations included).
+
+    `checkpoint(record, model)` is called after every batch (and once before the first) with the
+    clock stopped, so a caller can copy the weights for an offline evaluation that costs the run
+    nothing (bench/learning.py does, with `eval_every=0`)."""
     g = cfg.grpo
     backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id,
                            capture_hidden=False)
@@ -52,8 +57,13 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
     start = time.monotonic()
 
     def emit(record: dict) -> None:
+        nonlocal start
         record["elapsed_s"] = round(time.monotonic() - start, 2)
         history.append(record)
+        if checkpoint is not None:
+            paused = time.monotonic()
+            checkpoint(record, model)
+            start += time.monotonic() - paused  # the caller's copying is not training time
         if log is not None:
             log(record)
 
@@ -61,8 +71,8 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
         return (time.monotonic() - start >= cfg.seconds
                 or (cfg.max_steps is not None and step >= cfg.max_steps))
 
-    emit({"step": 0, **evaluate(env, tokenizer, backend, cfg, 0)})
     step = 0
+    emit({"step": 0, **(evaluate(env, tokenizer, backend, cfg, 0) if cfg.eval_every else {})})
     while not finished():
         t0 = time.monotonic()
         indices = assign_prompts(cfg.task_id, b"local", step, g.prompts_per_step, env.n_prompts)
@@ -87,7 +97,7 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
         record = {"step": step, "reward": float(rewards.mean()), "used": len(keep), "gen_s": round(t1 - t0, 3),
                   "train_s": round(time.monotonic() - t1, 3),
                   **{k: round(v, 5) for k, v in stats.items()}}
-        if step % cfg.eval_every == 0 or finished():  # the last batch is always evaluated
+        if cfg.eval_every and (step % cfg.eval_every == 0 or finished()):  # and always the last batch
             record.update(evaluate(env, tokenizer, backend, cfg, step))
         emit(record)
     return history

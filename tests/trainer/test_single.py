@@ -20,3 +20,24 @@ def test_single_loop_runs_trains_and_reports(warmed):
     assert [r["step"] for r in evals] == [0, 2, 3]  # start, every 2, and the end
     assert all(0.0 <= r["greedy_acc"] <= 1.0 and 0.0 <= r["sampled_acc"] <= 1.0 for r in evals)
     assert not model.lm_head.weight.equal(before)
+
+
+def test_checkpoints_stop_the_clock_and_eval_every_zero_evaluates_nothing(warmed):
+    import time
+
+    model, tok, _, _ = warmed
+    model = copy.deepcopy(model)
+    seen = []
+
+    def keep(record, m):  # what bench/learning.py does: copy the weights for offline evaluation
+        seen.append((record["step"], m.lm_head.weight.detach().clone()))
+        time.sleep(0.5)
+
+    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=2, samples_per_prompt=4, lr=1e-3),
+                       seconds=60, max_steps=2, eval_every=0)
+    history = run_single(model, tok, DigitSort(), cfg, checkpoint=keep)
+    assert [s for s, _ in seen] == [r["step"] for r in history] == [0, 1, 2]
+    assert not any("greedy_acc" in r or "sampled_acc" in r for r in history)
+    assert not seen[0][1].equal(seen[2][1])  # the copies are of the weights as they were then
+    work = sum(r["gen_s"] + r["train_s"] for r in history[1:])
+    assert history[-1]["elapsed_s"] < work + 0.4  # the 1 s spent in the first two checkpoints is not counted
