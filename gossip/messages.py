@@ -150,6 +150,10 @@ class WeightManifest(Message):
     shard_hashes: tuple[bytes, ...] = f(max=4096, item_max=HASH)
     tensors: tuple[TensorEntry, ...] = f(max=4096)
     created_at: float = f(min=0, max=MAX_TIME)
+    # How trainer/weights packed it (bound into `root`, see trainer/weights/manifest.py).
+    delta_op: str = f(max=8, default="")  # "sub" or "xor" for a delta, "" for a full encoding
+    depth: int = f(min=0, max=1 << 20, default=0)  # deltas since the last full version
+    shuffle: bool = f(default=True)  # payload tensors are byte-shuffled
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -159,6 +163,16 @@ class WeightManifest(Message):
             raise ValueError("WeightManifest: a delta names its parent, a full encoding does not")
         if any(len(h) != HASH for h in self.shard_hashes):
             raise ValueError("WeightManifest.shard_hashes: 32-byte hashes")
+        if (self.encoding == "delta") != (self.delta_op in ("sub", "xor")) or (self.encoding == "delta") != (self.depth > 0):
+            raise ValueError("WeightManifest: a delta has a delta_op ('sub' or 'xor') and depth >= 1, a full one neither")
+        if self.shard_hashes and -(-self.compressed_size // self.shard_size) != len(self.shard_hashes):
+            raise ValueError("WeightManifest: compressed_size / shard_size disagrees with the shard count")
+
+    def shard_length(self, index: int) -> int:
+        """The exact byte length of shard `index` (every shard but the last is `shard_size`)."""
+        if index < len(self.shard_hashes) - 1:
+            return self.shard_size
+        return self.compressed_size - self.shard_size * (len(self.shard_hashes) - 1)
 
 
 @dataclass(frozen=True)

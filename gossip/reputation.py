@@ -34,6 +34,9 @@ PENALTIES: dict[str, float] = {
     errors.CAPACITY: 0.0,
     errors.TOO_OLD: 0.0,
     errors.UNKNOWN_COMMITMENT: 0.5,  # gossip may deliver a verdict before its commitment
+    errors.BAD_SHARD: 30.0,  # provable (hash against a signed manifest); two and the peer is banned
+    errors.TRUNCATED: 10.0,
+    errors.WITHHELD: 1.0,  # an honest peer can lose a shard (restart, gc) or time out under load
     errors.CHEATED: 100.0,  # honest workers finish late sometimes
 }
 DEFAULT_PENALTY = 5.0

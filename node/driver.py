@@ -15,9 +15,10 @@ from typing import Any
 import trio
 
 from node.p2p import DialError, MessageTooLarge, RequestError
-from swarm.io import (Ban, CommandResult, Dial, DialFailed, Disconnect, Emit, LocalCommand, MessageReceived,
-                      MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      ResponseReceived, RunJob, SendRequest, StoreBlob, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, KeepShards, LocalCommand,
+                      MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
+                      Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardsPresent, StoreBlob,
+                      StoreShard, Subscribe, Tick, Unsubscribe)
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
@@ -32,13 +33,14 @@ class _Slot:
 
 
 class CoreDriver:
-    def __init__(self, core, host, nursery: trio.Nursery, log, blobs=None, records=None) -> None:
+    def __init__(self, core, host, nursery: trio.Nursery, log, blobs=None, records=None, shards=None) -> None:
         self.core = core
         self.host = host
         self.nursery = nursery
         self.log = log
         self.blobs = blobs  # node.blobstore.BlobStore: where StoreBlob effects land and blobs are served from
         self.records = records  # node.records.Records: the durable log of what this peer did
+        self.shards = shards  # node.shardstore.ShardDir: weight shards, stored, served and resumed from
         self.counters: Counter = Counter()
         self.banned: set[str] = set()
         self._publish_send, self._publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
@@ -142,6 +144,23 @@ class CoreDriver:
                 self.counters["job-without-runner"] += 1
             else:
                 self.job_runner.submit(effect)
+        elif isinstance(effect, RespondShard):
+            slot = self._replies.get(effect.request_id)
+            if slot is not None:
+                data = self.shards.get(effect.digest) if self.shards is not None else None
+                slot.value = Respond(effect.request_id, data) if data is not None else Respond(
+                    effect.request_id, error="not-found")
+                self.counters["shards-served" if data is not None else "shards-missing"] += 1
+                slot.event.set()
+        elif isinstance(effect, StoreShard):
+            if self.shards is None or not self.shards.put(effect.digest, effect.data):
+                self.counters["shard-not-stored"] += 1
+        elif isinstance(effect, CheckShards):
+            present = self.shards.present(effect.digests) if self.shards is not None else frozenset()
+            self.nursery.start_soon(self._feed_later, ShardsPresent(effect.root, present))
+        elif isinstance(effect, KeepShards):
+            if self.shards is not None:
+                self.nursery.start_soon(trio.to_thread.run_sync, self.shards.gc, effect.keep)
         elif isinstance(effect, StoreBlob):
             if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
                 self.counters["blob-not-stored"] += 1
@@ -149,6 +168,9 @@ class CoreDriver:
             self.log(effect.event, **effect.fields)
             if self.records is not None:
                 self.records.append(self.now(), effect.event, effect.fields)
+
+    async def _feed_later(self, inp) -> None:
+        self.feed(inp)  # an answer the core asked for, fed after its current effects are carried out
 
     async def _request(self, req: SendRequest) -> None:
         try:

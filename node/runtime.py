@@ -21,6 +21,7 @@ from node.fsutil import write_atomic
 from node.keystore import load_or_create_identity
 from node.log import EventLog
 from node.records import Records
+from node.shardstore import ShardDir
 from node.p2p import HostConfig, RequestError, open_host
 from node.taskfile import TaskFileError, task_from_dict
 from swarm import protocols
@@ -44,7 +45,8 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     blobs = BlobStore(Path(cfg.data_dir) / "blobs")
     async with open_host(HostConfig(seed=identity.seed, listen_host=cfg.host, port=cfg.port)) as host:
         async with trio.open_nursery() as nursery:
-            driver = CoreDriver(core, host, nursery, log, blobs=blobs, records=Records(cfg.data_dir))
+            driver = CoreDriver(core, host, nursery, log, blobs=blobs, records=Records(cfg.data_dir),
+                                shards=ShardDir(Path(cfg.data_dir) / "shards"))
             if {"worker", "trainer", "validator"} & set(cfg.roles):
                 from node.jobrunner import JobRunner  # torch lives in the job process, not here
                 runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed)
@@ -54,6 +56,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             host.on_peer_event(driver.on_peer_event)
             host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))
             host.set_request_handler(protocols.BLOB, _blob_handler(driver, blobs))
+            host.set_request_handler(protocols.SHARD, lambda peer, data: driver.handle_request(protocols.SHARD, peer, data))
             nursery.start_soon(driver.publisher)
             addrs = host.listen_addrs()
             driver.feed(Started(tuple(addrs)))

@@ -17,22 +17,23 @@ from gossip import errors, topics
 from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity, peer_id_from_public_key
-from gossip.messages import (Message, Probe, RolloutCommitment, StatusHeartbeat, TaskAnnouncement, Verdict,
-                             WeightManifest)
+from gossip.messages import (Message, Probe, RolloutCommitment, ShardHave, StatusHeartbeat, TaskAnnouncement,
+                             Verdict, WeightManifest)
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols
 from swarm.commitments import CommitmentBook
 from swarm.io import (Ban, CommandResult, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      ResponseReceived, RunJob, SendRequest, Started, Subscribe, Tick)
+                      ResponseReceived, RunJob, SendRequest, ShardsPresent, Started, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
 from swarm.ratelimit import TokenBuckets
 from swarm.roles.base import Role
+from swarm.roles.shards import ShardsRole
 from swarm.roles.trainer import TrainerRole
 from swarm.roles.validator import ValidatorRole
 from swarm.roles.worker import WorkerRole
-from swarm.rng import Rng
+from swarm.rng import Rng, stable_seed
 from swarm.stats import GossipStats
 from swarm.tasks import TaskBook
 from swarm.timers import Timers
@@ -88,6 +89,7 @@ class PeerCore:
         self.commitments: dict[str, CommitmentBook] = {}
         role_classes = {"worker": WorkerRole, "trainer": TrainerRole, "validator": ValidatorRole}
         self.roles: list[Role] = [role_classes[r](self) for r in self.config.roles if r in role_classes]
+        self.shards = ShardsRole(self, Rng(stable_seed("shards", seed)))  # every peer serves what it holds
         self._heartbeat_seq = -1
         self._probe_seq = -1
         self._signer_ids: dict[bytes, str] = {}
@@ -110,10 +112,13 @@ class PeerCore:
             self.membership.on_connected(inp.peer, inp.addrs)
             if self.started_at is not None and "heartbeat" not in self.timers:
                 self.timers.set("heartbeat", now)
-            return [Emit("peer-connected", {"peer": inp.peer})]
+            return [Emit("peer-connected", {"peer": inp.peer})] + self.shards.on_connected(now, inp.peer)
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
+            self.shards.on_disconnected(inp.peer)
             return [Emit("peer-disconnected", {"peer": inp.peer})]
+        if isinstance(inp, ShardsPresent):
+            return self.shards.on_present(now, inp.root, inp.present)
         if isinstance(inp, DialFailed):
             self.membership.on_dial_failed(now, inp.peer)
             return []
@@ -157,6 +162,8 @@ class PeerCore:
                 self.timers.set("maintain", now + self.config.maintain_interval)
             else:
                 prefix = name.split(":", 1)[0]
+                if prefix == self.shards.name:
+                    effects += self.shards.on_timer(now, name)
                 for role in self.roles:
                     if role.name == prefix:
                         effects += role.on_timer(now, name)
@@ -247,6 +254,7 @@ class PeerCore:
     def _penalise(self, now: float, peer: str, rej: Rejected) -> list:
         effects: list = [Emit("message-rejected", {"peer": peer, "reason": rej.reason, "detail": rej.detail[:200]})]
         if self.ledger.reject(peer, rej.reason, now):
+            self.shards.on_banned(peer)
             effects += [Ban(peer, f"too many bad messages ({rej.reason})"),
                         Emit("peer-banned", {"peer": peer, "reason": rej.reason})]
         return effects
@@ -255,6 +263,7 @@ class PeerCore:
         message = signed.message
         if isinstance(message, StatusHeartbeat):
             effects = self.membership.on_heartbeat(now, signer, message)
+            effects += self.shards.on_heartbeat(now, signer, message.versions)
             self.stats.on_delivered("status", now - message.sent_at)
             return effects + self._ask_for_tasks(now, message.tasks, signer, forwarder)
         if isinstance(message, TaskAnnouncement):
@@ -292,6 +301,8 @@ class PeerCore:
         effects: list = []
         if isinstance(signed.message, WeightManifest) and signed.signer not in task.trainer_keys:
             raise Rejected(errors.UNAUTHORIZED, "weight manifest signed by a key the task does not name")
+        if isinstance(signed.message, ShardHave):
+            effects += self.shards.on_have(now, signed.message, signer)
         if isinstance(signed.message, RolloutCommitment):
             self._record_commitment(task_id, signed, signer)
         if isinstance(signed.message, Verdict):
@@ -335,6 +346,7 @@ class PeerCore:
     def ban_for_cheating(self, now: float, peer: str, reason: str) -> list:
         if peer == self.peer_id or not self.ledger.ban(peer, reason, now):
             return []
+        self.shards.on_banned(peer)
         return [Ban(peer, reason), Emit("peer-banned", {"peer": peer, "reason": reason})]
 
     # ------------------------------------------------------------------ task sync
@@ -369,6 +381,8 @@ class PeerCore:
                 return [Respond(inp.request_id, self.tasks.sync_response(inp.data))]
             except Rejected as rej:
                 return [Respond(inp.request_id, error=rej.reason)] + self._penalise(now, inp.peer, rej)
+        if inp.protocol == protocols.SHARD:
+            return self.shards.on_request(now, inp.peer, inp.request_id, inp.data)
         return [Respond(inp.request_id, error="unsupported-protocol")]
 
     def _on_response(self, now: float, inp: ResponseReceived) -> list:
@@ -455,6 +469,7 @@ class PeerCore:
             "alive": self.membership.alive_peers(),
             "tasks": self.tasks.snapshot(),
             "versions": dict(sorted(self.versions.items())),
+            "downloads": self.shards.snapshot(now),
             "work": {role.name: role.snapshot() for role in self.roles},
             "gossip": self.stats.snapshot(),
             "messages": {"accepted": self.ledger.totals_accepted,

@@ -89,8 +89,16 @@ class LocalCommand:
     args: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ShardsPresent:
+    """The answer to `CheckShards`: which of the asked shard hashes the runtime's shard store holds."""
+
+    root: bytes
+    present: frozenset[bytes]
+
+
 Input = (Started | MessageReceived | RequestReceived | ResponseReceived | PeerConnected | PeerDisconnected
-         | DialFailed | Tick | JobFinished | LocalCommand)
+         | DialFailed | Tick | JobFinished | LocalCommand | ShardsPresent)
 
 # ---------------------------------------------------------------- effects
 
@@ -173,6 +181,40 @@ class StoreBlob:
 
 
 @dataclass(frozen=True)
+class StoreShard:
+    """Keep this weight shard (the core checked its length and hash against a signed manifest)."""
+
+    digest: bytes
+    data: bytes
+
+
+@dataclass(frozen=True)
+class RespondShard:
+    """Answer request `request_id` with the stored shard `digest` (re-hashed on read; missing or
+    rotten: answer the error "not-found")."""
+
+    request_id: int
+    digest: bytes
+
+
+@dataclass(frozen=True)
+class CheckShards:
+    """Which of these shards of `root` are already stored? (a download resuming after a restart);
+    the runtime answers with `ShardsPresent`."""
+
+    root: bytes
+    digests: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class KeepShards:
+    """Garbage-collect the shard store: delete shards not in `keep` (the runtime spares files
+    younger than a grace period: a job may be writing a version the core has not heard of yet)."""
+
+    keep: frozenset[bytes]
+
+
+@dataclass(frozen=True)
 class Emit:
     """Something an operator may want to see (logs, TUI, metrics)."""
 
@@ -189,4 +231,4 @@ class CommandResult:
 
 
 Effect = (MessageVerdict | Publish | Subscribe | Unsubscribe | SendRequest | Respond | Dial | Disconnect | Ban
-          | RunJob | StoreBlob | Emit | CommandResult)
+          | RunJob | StoreBlob | StoreShard | RespondShard | CheckShards | KeepShards | Emit | CommandResult)

@@ -17,6 +17,7 @@ INIT = "init"  # trainer: build (or load) the task's base model and store it as 
 GENERATE = "generate"  # worker: roll out assigned prompts with a policy version
 TRAIN = "train"  # trainer: one GRPO step on validated rollout batches -> the next version
 VERIFY = "verify"  # validator: re-check a committed rollout batch (proofs issue)
+UNPACK = "unpack"  # any follower: rebuild a version from its verified shards (and its parent) as a blob
 
 
 @dataclass(frozen=True)
@@ -51,16 +52,34 @@ class TrainJob:
     version: int  # the version being trained from; the result is version + 1
     weights: bytes  # blob hash of `version`'s weights
     rollouts: tuple[bytes, ...]  # blob hashes of validated rollout batches
+    parent_root: bytes = b""  # manifest root of `version` (what the new version's delta applies to)
+    parent_depth: int = 0  # its depth (deltas since the last full version)
+
+
+@dataclass(frozen=True)
+class UnpackJob:
+    """Rebuild `version` from its shards (in the node's shard store) and, for a delta, its parent."""
+
+    task_id: str
+    version: int
+    manifest: Any  # the signed gossip.messages.WeightManifest
+    parent_weights: bytes  # blob hash of the parent version's weights; empty for a full encoding
 
 
 @dataclass(frozen=True)
 class VersionResult:
-    """INIT and TRAIN results: a policy version stored as a blob."""
+    """INIT, TRAIN and UNPACK results: a policy version stored as a blob.
+
+    `weights` is the version as every peer reconstructs it from the shards (floats rounded to the
+    carried dtype), so the trainer checks rollouts against exactly what workers generated with.
+    INIT and TRAIN also pack it: `manifest` holds the `WeightManifest` fields other than task_id,
+    version, parent_version and created_at (its shards are already in the shard store)."""
 
     version: int
     weights: bytes  # blob hash
     size: int
     stats: Mapping[str, float] = field(default_factory=dict)  # loss, reward, accuracy, ... for operators
+    manifest: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

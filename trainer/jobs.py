@@ -37,6 +37,7 @@ from trainer.policy import PolicyError, base_model, is_builtin, load_weights, we
 from trainer.rollout import accuracy, completion_text, score
 from trainer.taskconfig import ParamError, grpo_config, int_param, warmup_config
 from trainer.train_batch import build_batch
+from trainer.versions import VersionError, Versions, state_of_blob
 
 POLICY_CACHE = 3  # policies kept in memory: the current version and an async window of 2
 
@@ -59,6 +60,7 @@ class JobWorker:
     def __init__(self, blob_dir: Path, state_dir: Path,
                  progress: Callable[[dict], None] | None = None) -> None:
         self.blobs = BlobDir(blob_dir)
+        self.versions = Versions(self.blobs, Path(blob_dir).parent / "shards")  # the node's shard store
         self.state_dir = Path(state_dir)
         self.progress = progress or (lambda fields: None)
         self._templates: dict[str, tuple] = {}  # model name -> (model, tokenizer), weights irrelevant
@@ -66,7 +68,8 @@ class JobWorker:
         self._trainers: dict[str, _Trainer] = {}
 
     def run(self, kind: str, payload):
-        handlers = {jobs.INIT: self.init, jobs.GENERATE: self.generate, jobs.TRAIN: self.train}
+        handlers = {jobs.INIT: self.init, jobs.GENERATE: self.generate, jobs.TRAIN: self.train,
+                    jobs.UNPACK: self.unpack}
         handler = handlers.get(kind)
         if handler is None:
             raise JobError(f"unknown job kind {kind!r}; this job process runs {sorted(handlers)}")
@@ -98,11 +101,20 @@ class JobWorker:
             max_new = grpo_config(params).max_new_tokens
             stats["heldout_greedy"] = _env_call(task.env, "scoring held-out prompts", lambda: accuracy(
                 env, tokenizer, backend, n_eval, temperature=0.0, max_new_tokens=max_new))
-        data = weights_bytes(model)
-        digest = self.blobs.write(data)
+        digest, size, manifest = self.versions.publish(task, state_of_blob(weights_bytes(model)))
+        load_weights(model, self.blobs.read(digest))  # peers run the version as rebuilt from its shards
         self._templates.setdefault(task.model, (model, tokenizer))
         self._remember(digest, model, tokenizer)
-        return jobs.VersionResult(0, digest, len(data), stats)
+        return jobs.VersionResult(0, digest, size, stats, manifest)
+
+    # ---------------------------------------------------------------- unpack
+
+    def unpack(self, job: jobs.UnpackJob) -> jobs.VersionResult:
+        """Rebuild a version from its verified shards (trainer/versions.py) as a weights blob."""
+        try:
+            return self.versions.unpack(job)
+        except VersionError as exc:
+            raise JobError(str(exc)) from None
 
     # ---------------------------------------------------------------- generate
 
@@ -155,12 +167,14 @@ class JobWorker:
                  "completions_used": float(built.used)}
         if built.batch is not None:
             stats.update(grpo_step(st.model, st.optimizer, built.batch, cfg))
-        data = weights_bytes(st.model)
-        digest = self.blobs.write(data)
+        master = weights_bytes(st.model)
+        digest, size, manifest = self.versions.publish(task, state_of_blob(master), job.weights,
+                                                       job.parent_root, job.parent_depth)
+        self.versions.save_master(self._state_path(task.task_id), digest, master)
         st.version, st.weights = job.version + 1, digest
         trainstate.save(self._state_path(task.task_id), st.optimizer, st.version, digest)
         stats["train_s"] = time.monotonic() - t0
-        return jobs.VersionResult(st.version, digest, len(data), stats)
+        return jobs.VersionResult(st.version, digest, size, stats, manifest)
 
     def _trainer(self, job: jobs.TrainJob, cfg) -> _Trainer:
         """The in-memory trainer if it is at this job's version and weights, else one rebuilt from
@@ -169,7 +183,8 @@ class JobWorker:
         st = self._trainers.get(task_id)
         if st is not None and (st.version, st.weights, st.model_name) == (job.version, bytes(job.weights), name):
             return st
-        data = self.blobs.read(job.weights, f"weights of version {job.version}")
+        data = (self.versions.master(self._state_path(task_id), job.weights)
+                or self.blobs.read(job.weights, f"weights of version {job.version}"))
         template, tokenizer = self._template(name)
         model = copy.deepcopy(template)
         load_weights(model, data)

@@ -1,21 +1,27 @@
-"""Following a task's policy versions: learn the newest from manifests, fetch and hash-check it.
+"""Following a task's policy versions: learn them from signed manifests, swarm their shards, unpack.
 
 Workers need the newest policy to generate with; validators need the exact version a commitment
-claims. Both keep the last few versions' weights (as blob hashes the runtime stores) and fetch a
-new one from the trainer that announced it, or from any connected peer whose heartbeat says it
-holds that version, trying the next holder when a transfer fails or does not match its hash.
+claims. A version is a signed `WeightManifest` (full, or a delta on its parent) whose shards are
+downloaded through the core's shard exchange (`swarm/roles/shards.py`: from every peer that holds
+them, each shard checked against the manifest's hash). When all shards of a version are held and
+its parent is installed (or it is a full version), an `unpack` job rebuilds it (trainer/weights:
+every shard, the root and every tensor hash are checked again) and stores the weights as a blob,
+whose hash is what generate and verify jobs use. A newcomer installs the chain from the last full
+version forward (the trainer re-announces that chain). Versions older than the window (`keep`)
+plus a margin are released, and their shards garbage-collected.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 from gossip.messages import WeightManifest
-from swarm import protocols
-from swarm.io import Emit, ResponseReceived, StoreBlob
+from swarm import jobs
+from swarm.io import Emit, JobFinished, ResponseReceived
 
 RETRY_AFTER = 5.0
+MARGIN = 1  # versions kept beyond the window, so a slightly late commitment can still be checked
+MAX_MANIFESTS = 64
 
 
 @dataclass
@@ -23,60 +29,124 @@ class PolicyFollower:
     task_id: str
     keep: int  # how many versions back to keep (the async window plus one)
     latest: int = -1
-    latest_weights: bytes = b""
     latest_source: str = ""
-    held: dict[int, bytes] = field(default_factory=dict)  # version -> weights blob hash
-    announced: dict[int, bytes] = field(default_factory=dict)  # version -> weights hash from manifests
-    fetching: tuple[int, bytes, list[str]] | None = None
+    held: dict[int, bytes] = field(default_factory=dict)  # version -> weights blob hash (unpacked)
+    manifests: dict[int, WeightManifest] = field(default_factory=dict)  # version -> its signed manifest
+    wanted: set[int] = field(default_factory=set)  # versions whose shards are being fetched
+    ready: set[int] = field(default_factory=set)  # versions whose shards are all held
+    unpacking: int | None = None
+    failures: int = 0
+    core: object = None
+    owner: object = None
+
+    # ---- inputs
 
     def on_manifest(self, core, owner, now: float, msg: WeightManifest, signer: str) -> list:
-        self.announced[msg.version] = msg.root
-        for version in sorted(self.announced):
-            if version < msg.version - self.keep:
-                del self.announced[version]
-        if msg.version <= self.latest:
+        self.core, self.owner = core, owner
+        known = self.manifests.get(msg.version)
+        if known is not None and known.root != msg.root:
+            return [Emit("weights-conflict", {"task_id": self.task_id, "version": msg.version})]
+        if msg.version < self.latest - self.keep - MARGIN or msg.version in self.held:
             return []
-        self.latest, self.latest_weights, self.latest_source = msg.version, msg.root, signer
-        for version in sorted(self.held):
-            if version < self.latest - self.keep:
-                del self.held[version]
-        return self.fetch_latest(core, owner, now)
+        self.manifests[msg.version] = msg
+        while len(self.manifests) > MAX_MANIFESTS:
+            del self.manifests[min(self.manifests)]
+        if msg.version > self.latest:
+            self.latest, self.latest_source = msg.version, signer
+        return self._advance(now)
 
     def fetch_latest(self, core, owner, now: float) -> list:
-        if self.latest < 0 or self.latest in self.held or (self.fetching and self.fetching[0] >= self.latest):
-            return []
-        peers = core.membership.peers
-        holders = [p for p in core.membership.alive_peers()
-                   if peers[p].versions.get(self.task_id, -1) >= self.latest and peers[p].connected
-                   and p != self.latest_source]
-        self.fetching = (self.latest, self.latest_weights, [self.latest_source] + core.rng.sample(holders, len(holders)))
-        return self._try_next(core, owner, now)
-
-    def _try_next(self, core, owner, now: float) -> list:
-        version, weights, candidates = self.fetching
-        if not candidates:
-            self.fetching = None
-            core.set_timer(f"{owner.name}:{self.task_id}:refetch", now + RETRY_AFTER)
-            return [Emit("weights-fetch-failed", {"task_id": self.task_id, "version": version})]
-        peer = candidates.pop(0)
-        return [core.new_request(now, owner, ("weights", self.task_id, version), peer, protocols.BLOB, weights,
-                                 timeout=60.0)]
+        """Retry after a failure (the owner's refetch timer)."""
+        self.core, self.owner = core, owner
+        return self._advance(now)
 
     def on_response(self, core, owner, now: float, version: int, response: ResponseReceived) -> tuple[list, bool]:
-        """Effects, and whether `version` is now installed."""
-        if self.fetching is None or self.fetching[0] != version:
-            return [], False
-        weights = self.fetching[1]
-        if response.error is not None or hashlib.blake2b(response.data, digest_size=32).digest() != weights:
-            reason = response.error or "hash mismatch"
-            return [Emit("weights-fetch-retry", {"task_id": self.task_id, "peer": response.peer,
-                                                 "reason": reason[:80]})] + self._try_next(core, owner, now), False
-        self.fetching = None
-        self.held[version] = weights
+        return [], False  # weights no longer travel as one blob: kept for callers' routing
+
+    def on_shards_done(self, now: float, root: bytes) -> list:
+        for version, m in self.manifests.items():
+            if m.root == root:
+                self.ready.add(version)
+        return self._advance(now)
+
+    def on_job_finished(self, now: float, tag, done: JobFinished) -> list:
+        _, version = tag
+        self.unpacking = None
+        core, owner = self.core, self.owner
+        if not done.ok:
+            self.failures += 1
+            m = self.manifests.pop(version, None)
+            self.ready.discard(version)
+            self.wanted.discard(version)
+            effects = [Emit("weights-fetch-failed", {"task_id": self.task_id, "version": version,
+                                                     "reason": done.error[:200]})]
+            if m is not None:
+                effects += core.shards.release(now, m.root, self)
+            core.set_timer(f"{owner.name}:{self.task_id}:refetch", now + RETRY_AFTER)
+            return effects
+        result: jobs.VersionResult = done.result
+        self.held[version] = result.weights
         core.versions[self.task_id] = max(core.versions.get(self.task_id, -1), max(self.held))
-        effects = [StoreBlob(weights, response.data),
-                   Emit("version-installed", {"task_id": self.task_id, "version": version})]
-        return effects + self.fetch_latest(core, owner, now), True
+        effects = [Emit("version-installed", {"task_id": self.task_id, "version": version})]
+        effects += self._forget_old(now)
+        effects += owner.on_timer(now, f"{owner.name}:{self.task_id}:installed")
+        return effects + self._advance(now)
+
+    # ---- the chain
+
+    def _chain(self) -> list[int]:
+        """Versions to install, oldest first, ending at the newest one we can reach; [] if none."""
+        for target in sorted(self.manifests, reverse=True):
+            chain, v = [], target
+            while v not in self.held:
+                m = self.manifests.get(v)
+                if m is None:
+                    chain = []
+                    break
+                chain.append(v)
+                if m.encoding == "full":
+                    break
+                v = m.parent_version
+            if chain and (not self.held or target > max(self.held)):
+                return chain[::-1]
+        return []
+
+    def _advance(self, now: float) -> list:
+        core = self.core
+        if core is None:
+            return []
+        chain = self._chain()
+        effects: list = []
+        for v in chain:
+            if v not in self.wanted:
+                self.wanted.add(v)
+                effects += core.shards.want(now, self.manifests[v], self)
+        if chain and self.unpacking is None and chain[0] in self.ready:
+            v = chain[0]
+            m = self.manifests[v]
+            parent = self.held.get(m.parent_version, b"") if m.encoding == "delta" else b""
+            self.unpacking = v
+            payload = jobs.UnpackJob(task_id=self.task_id, version=v, manifest=m, parent_weights=parent)
+            effects.append(core.new_job(self, ("unpack", v), jobs.UNPACK, payload))
+        return effects
+
+    def _forget_old(self, now: float) -> list:
+        floor = self.latest - self.keep - MARGIN
+        newest = max(self.held)
+        effects: list = []
+        for v in sorted(self.held):
+            if v < floor and v != newest:
+                del self.held[v]
+        for v in sorted(self.manifests):
+            if v < floor and v != newest:
+                m = self.manifests.pop(v)
+                self.ready.discard(v)
+                self.wanted.discard(v)
+                effects += self.core.shards.release(now, m.root, self)
+        return effects
 
     def newest_held(self) -> int | None:
         return max(self.held) if self.held else None
+
+    def progress(self) -> dict:
+        return {"wanted": sorted(self.wanted - set(self.held)), "unpacking": self.unpacking}

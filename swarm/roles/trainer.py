@@ -15,11 +15,11 @@ commitment trained on is recorded (`rollout-trained`), which is what audits chec
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gossip import errors, topics
 from gossip.errors import Rejected
-from gossip.messages import RolloutCommitment, Verdict, WeightManifest
+from gossip.messages import RolloutCommitment, TensorEntry, Verdict, WeightManifest
 from swarm import jobs
 from swarm.io import Emit, JobFinished, ResponseReceived
 from swarm.roles import checking
@@ -41,6 +41,7 @@ class TrainerTask:
     weights: bytes = b""
     weights_size: int = 0
     weights_by_version: dict[int, bytes] = field(default_factory=dict)  # what verify jobs check against
+    manifests: dict[int, WeightManifest] = field(default_factory=dict)  # the chain since the last full version
     busy: bool = False  # an init or train job is running
     pending: dict[bytes, Check] = field(default_factory=dict)  # by commitment id, arrival order
     in_step: list[Check] = field(default_factory=list)
@@ -167,8 +168,10 @@ class TrainerRole(Role):
         for p in step:
             del state.pending[p.commitment_id]
         state.in_step, state.busy = step, True
+        parent = state.manifests.get(state.version)
         payload = jobs.TrainJob(task=state.spec, version=state.version, weights=state.weights,
-                                rollouts=tuple(p.commitment.blob_hash for p in step))
+                                rollouts=tuple(p.commitment.blob_hash for p in step),
+                                parent_root=parent.root if parent else b"", parent_depth=parent.depth if parent else 0)
         return effects + [self.core.new_job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
 
     def _drop_unusable(self, state: TrainerTask) -> list:
@@ -200,12 +203,20 @@ class TrainerRole(Role):
             self.core.set_timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": done.error[:300]})]
         result: jobs.VersionResult = done.result
+        try:
+            manifest = _manifest(now, state, result)
+        except (TypeError, ValueError, KeyError) as exc:  # the job packed nothing usable: do not publish
+            for p in state.in_step:
+                state.pending[p.commitment_id] = p
+            state.in_step = []
+            self.core.set_timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
+            return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": f"bad manifest: {exc}"[:300]})]
         state.version, state.weights, state.weights_size = result.version, result.weights, result.size
         state.weights_by_version[result.version] = result.weights
         for version in [v for v in state.weights_by_version if v < result.version - state.async_level]:
             del state.weights_by_version[version]
         self.core.versions[task_id] = result.version
-        effects = []
+        effects = self._keep_chain(now, state, manifest)
         for p in state.in_step:
             state.trained_commitments += 1
             state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
@@ -220,14 +231,37 @@ class TrainerRole(Role):
         effects += self._announce(now, state)
         return effects + self._maybe_train(now, state)
 
-    def _announce(self, now: float, state: TrainerTask) -> list:
-        manifest = WeightManifest(
-            task_id=state.spec.task_id, version=state.version, parent_version=-1, parent_root=b"", encoding="full",
-            dtype="safetensors", root=state.weights, shard_size=max(1, state.weights_size),
-            raw_size=state.weights_size, compressed_size=state.weights_size, shard_hashes=(state.weights,),
-            tensors=(), created_at=now)
-        self.core.set_timer(f"trainer:{state.spec.task_id}:announce", now + state.params.republish_interval)
-        return self.core.publish(now, topics.task_topic(state.spec.task_id, "weights"), manifest)
+    def _keep_chain(self, now: float, state: TrainerTask, manifest: WeightManifest) -> list:
+        """Serve the new version; keep (and re-announce) every version back to the last full one and
+        the async window; release the rest, whose shards are then garbage-collected."""
+        state.manifests[manifest.version] = manifest
+        effects = self.core.shards.seed(now, manifest, self)
+        floor, v = manifest.version - state.async_level - 1, manifest.version
+        while v in state.manifests and state.manifests[v].encoding == "delta":
+            v = state.manifests[v].parent_version
+        floor = min(floor, v)
+        for old in [v for v in state.manifests if v < floor]:
+            effects += self.core.shards.release(now, state.manifests.pop(old).root, self)
+        return effects
+
+    def on_shards_done(self, now: float, root: bytes) -> list:
+        return []  # the trainer only seeds
+
+    def _announce(self, now: float, state: TrainerTask, chain: bool = False) -> list:
+        """The newest manifest (re-signed now); with `chain`, also its ancestors back to the last full
+        version, which a peer that joins late needs to rebuild the newest one."""
+        task_id = state.spec.task_id
+        versions, v = [state.version], state.version
+        while chain and v in state.manifests and state.manifests[v].encoding == "delta":
+            v = state.manifests[v].parent_version
+            versions.insert(0, v)
+        effects = []
+        for v in versions:
+            if v in state.manifests:
+                effects += self.core.publish(now, topics.task_topic(task_id, "weights"),
+                                             replace(state.manifests[v], created_at=now))
+        self.core.set_timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
+        return effects
 
     def on_timer(self, now, name) -> list:
         _, task_id, what = name.split(":")
@@ -235,7 +269,7 @@ class TrainerRole(Role):
         if state is None:
             return []
         if what == "announce" and state.version >= 0:
-            return self._announce(now, state)
+            return self._announce(now, state, chain=True)
         if what == jobs.INIT and state.version < 0 and not state.busy:
             state.busy = True
             payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task_id) & 0x7FFFFFFF)
@@ -250,3 +284,19 @@ class TrainerRole(Role):
                           "trained_commitments": s.trained_commitments, "completions": s.completions,
                           "dropped": s.dropped, "history": list(s.history)[-64:]}
                 for task_id, s in sorted(self.tasks.items())}
+
+
+def _manifest(now: float, state: TrainerTask, result: jobs.VersionResult) -> WeightManifest:
+    """The signed-to-be manifest of a version the job packed (its fields come from trainer/weights)."""
+    fields = dict(result.manifest or {})
+    if not fields:
+        raise ValueError("the job returned no manifest")
+    fields["tensors"] = tuple(t if isinstance(t, TensorEntry) else TensorEntry(*t) for t in fields["tensors"])
+    fields["shard_hashes"] = tuple(fields["shard_hashes"])
+    parent = -1
+    if fields["encoding"] == "delta":
+        parent = result.version - 1
+        if parent not in state.manifests or state.manifests[parent].root != fields["parent_root"]:
+            raise ValueError(f"delta on a parent root that is not version {parent}'s")
+    return WeightManifest(task_id=state.spec.task_id, version=result.version, parent_version=parent,
+                          created_at=now, **fields)

@@ -123,7 +123,9 @@ class ValidatorRole(Role):
     def on_timer(self, now, name) -> list:
         _, task_id, _ = name.split(":")
         state = self.tasks.get(task_id)
-        return state.policy.fetch_latest(self.core, self, now) if state else []
+        if state is None:
+            return []
+        return state.policy.fetch_latest(self.core, self, now) + self._start_ready(now, state)
 
     def snapshot(self) -> dict:
         return {task_id: {"latest_version": s.policy.latest, "held_versions": sorted(s.policy.held),

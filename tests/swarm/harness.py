@@ -12,9 +12,10 @@ from collections import deque
 
 from swarm.core import PeerCore
 from swarm import protocols
-from swarm.io import (Ban, Dial, DialFailed, Disconnect, Emit, JobFinished, MessageReceived, MessageVerdict,
-                      PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond, ResponseReceived, RunJob,
-                      SendRequest, Started, StoreBlob, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, Emit, JobFinished, KeepShards, MessageReceived,
+                      MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
+                      RespondShard, ResponseReceived, RunJob, SendRequest, ShardsPresent, Started, StoreBlob,
+                      StoreShard, Subscribe, Tick, Unsubscribe)
 
 
 class MemoryNet:
@@ -31,6 +32,8 @@ class MemoryNet:
         self._requests: dict[tuple[str, int], tuple[str, int, str]] = {}  # (server, server_rid) -> (client, rid, proto)
         self._server_rid = 0
         self.blobs: dict[str, dict[bytes, bytes]] = {p: {} for p in self.cores}
+        self.shards: dict[str, dict[bytes, bytes]] = {p: {} for p in self.cores}  # survive a stop/start (disk)
+        self.serve_hook = None  # optional fn(server, digest, data) -> bytes | None: what a server really sends
         self.jobs = None  # optional executor: fn(peer, RunJob) -> (ok, result, error, blobs produced)
         self.jobs_run: list[tuple[str, RunJob]] = []
         self.job_seconds = 0.5  # jobs take virtual time, as real ones do
@@ -118,11 +121,30 @@ class MemoryNet:
             self.disconnect(peer, effect.peer)
         elif isinstance(effect, StoreBlob):
             self.blobs[peer][effect.digest] = effect.data
+        elif isinstance(effect, StoreShard):
+            assert hashlib.blake2b(effect.data, digest_size=32).digest() == effect.digest, "unverified shard stored"
+            self.shards[peer][effect.digest] = effect.data
+        elif isinstance(effect, CheckShards):
+            held = frozenset(d for d in effect.digests if d in self.shards[peer])
+            self._pending.append((peer, ShardsPresent(effect.root, held)))
+        elif isinstance(effect, KeepShards):
+            for digest in [d for d in self.shards[peer] if d not in effect.keep]:
+                del self.shards[peer][digest]
+        elif isinstance(effect, RespondShard):
+            client, rid, proto = self._requests.pop((peer, effect.request_id))
+            data = self.shards[peer].get(effect.digest)
+            if self.serve_hook is not None:
+                data = self.serve_hook(peer, effect.digest, data)
+                if data is Ellipsis:  # the server never answers (the client's own timeout fires)
+                    return
+            self._pending.append((client, ResponseReceived(peer, proto, rid, data or b"",
+                                                           None if data is not None else "not-found")))
         elif isinstance(effect, RunJob):
             self.jobs_run.append((peer, effect))
             if self.jobs is not None:
                 ok, result, error, produced = self.jobs(peer, effect)
                 self.blobs[peer].update(produced)
+                self.shards[peer].update(produced)  # a job writes shards to the store (trainer packing)
                 self._delayed.append((self.now + self.job_seconds, len(self.jobs_run), peer,
                                       JobFinished(effect.job_id, ok, result, error)))
         elif isinstance(effect, SendRequest) and effect.protocol == protocols.BLOB:

@@ -2,6 +2,8 @@
 
 import hashlib
 
+import pytest
+
 from gossip import topics
 from gossip.envelope import seal
 from gossip.identity import Identity
@@ -37,15 +39,36 @@ def _fake_jobs(peer, job):
             return True, jobs.VerifyResult(False, "toploc", h(b"evidence " + blob)), "", {}
         return True, jobs.VerifyResult(True, "ok", b""), "", {}
     if job.kind == jobs.INIT:
-        blob = b"w0"
-        return True, jobs.VersionResult(0, h(blob), len(blob)), "", {h(blob): blob}
+        return packed(0, b"w0")
     if job.kind == jobs.GENERATE:
         blob = f"rollouts v{p.version} {p.prompt_indices} by {peer}".encode() + (b" CHEAT" if peer in CHEATERS else b"")
         return True, jobs.GenerateResult(h(blob), len(blob), 10 * len(p.prompt_indices), 0.5), "", {h(blob): blob}
     if job.kind == jobs.TRAIN:
-        blob = f"w{p.version + 1}".encode()
-        return True, jobs.VersionResult(p.version + 1, h(blob), len(blob), {"loss": 0.1}), "", {h(blob): blob}
+        return packed(p.version + 1, f"w{p.version + 1}".encode(), {"loss": 0.1})
+    if job.kind == jobs.UNPACK:
+        m = p.manifest
+        shards = [SHARDS_OF.get(peer, {}).get(d) for d in m.shard_hashes]
+        if any(s is None or h(s) != d for s, d in zip(shards, m.shard_hashes)):
+            return False, None, "shard missing or corrupt", {}
+        blob = b"".join(shards)[:2 + len(str(p.version))].rstrip(b"#")
+        return True, jobs.VersionResult(p.version, h(blob), len(blob)), "", {h(blob): blob}
     raise AssertionError(job.kind)
+
+
+SHARDS_OF: dict[str, dict[bytes, bytes]] = {}  # the harness's shard stores (set by swarm())
+SHARD = 256
+
+
+def packed(version: int, blob: bytes, stats=None):
+    """A fake packed version: the weights blob padded to three shards, a full manifest over them."""
+    payload = (blob + b"#" * 8) * (2 * SHARD // len(blob + b"#" * 8) + 1)
+    payload = payload[:2 * SHARD + 40]
+    shards = [payload[i:i + SHARD] for i in range(0, len(payload), SHARD)]
+    manifest = {"parent_root": b"", "encoding": "full", "dtype": "bf16", "root": h(b"root" + payload),
+                "shard_size": SHARD, "raw_size": len(payload), "compressed_size": len(payload),
+                "shard_hashes": tuple(h(s) for s in shards), "tensors": ()}
+    produced = {h(blob): blob, **{h(s): s for s in shards}}
+    return True, jobs.VersionResult(version, h(blob), len(blob), stats or {}, manifest), "", produced
 
 
 def swarm(n_workers=3, params=None, executor=fake_jobs):
@@ -54,6 +77,8 @@ def swarm(n_workers=3, params=None, executor=fake_jobs):
                for i in range(n_workers)]
     net = MemoryNet([trainer, *workers], T0)
     net.jobs = executor
+    SHARDS_OF.clear()
+    SHARDS_OF.update(net.shards)
     net.start()
     for w in workers:
         net.connect(trainer.peer_id, w.peer_id)
@@ -119,16 +144,22 @@ def test_manifest_from_a_key_the_task_does_not_name_is_unauthorized():
     assert workers[0].snapshot(net.now)["work"]["worker"][task_id]["latest_version"] < 99
 
 
-def test_corrupt_weights_are_never_installed():
+@pytest.mark.parametrize("damage,reason", [(lambda v: bytes([v[0] ^ 1]) + v[1:], "bad-shard"),
+                                           (lambda v: v[:-1], "truncated")])
+def test_corrupt_weights_are_never_installed(damage, reason):
     def corrupting(peer, job):
         ok, result, error, produced = fake_jobs(peer, job)
         if job.kind in (jobs.INIT, jobs.TRAIN):  # the trainer's store holds bytes that do not match
-            produced = {k: v + b"!" for k, v in produced.items()}
+            produced = {k: damage(v) for k, v in produced.items()}
         return ok, result, error, produced
     net, trainer, workers, task_id = swarm(n_workers=1, executor=corrupting)
     net.run_for(15)
     assert not net.events_named("version-installed")
-    assert net.events_named("weights-fetch-failed")
+    rejected = net.events_named("shard-rejected")
+    assert rejected and {f["reason"] for _, f in rejected} == {reason}
+    assert {f["peer"] for _, f in rejected} == {trainer.peer_id}
+    assert not net.shards[workers[0].peer_id], "nothing unverified is stored"
+    assert workers[0].ledger.get(trainer.peer_id).rejected[reason] >= 1
 
 
 def test_failed_jobs_are_retried_and_rollouts_not_lost():
@@ -198,6 +229,8 @@ def test_validator_role_checks_and_its_verdicts_ban_cheaters():
     workers = [PeerCore(Identity(bytes([i + 2]) * 32), CoreConfig(roles=("worker",)), seed=i + 2) for i in range(3)]
     net = MemoryNet([trainer, validator, *workers], T0)
     net.jobs = fake_jobs
+    SHARDS_OF.clear()
+    SHARDS_OF.update(net.shards)
     net.start()
     for other in [validator, *workers]:
         net.connect(trainer.peer_id, other.peer_id)

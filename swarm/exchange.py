@@ -1,0 +1,398 @@
+"""Swarming download of weight shards: who holds what, what to ask whom, what to believe.
+
+A policy version is a signed manifest plus content-addressed shards (trainer/weights). Every peer
+that holds shards serves them; a peer missing shards asks several peers at once. This module is the
+decision part only, with no I/O and no clock of its own (sans-IO, like the rest of `swarm/`):
+
+    ex = ShardExchange(rng, ExchangeConfig())
+    actions = ex.add(now, Want(root, task_id, version, hashes, sizes))  # -> [Check(root)]
+    actions = ex.on_present(now, root, digests_on_disk)                 # resume, then Fetch...
+    actions = ex.on_have(now, peer, root, bitmap)                       # a ShardHave arrived
+    actions = ex.on_response(now, peer, root, index, data, error)       # -> Store, Blame, Done...
+
+Actions are `Fetch` (ask `peer` for shard `index`), `Store` (these checked bytes are shard
+`index`), `Announce` (publish our bitmap of `root`), `Done` (every shard of `root` is held),
+`Blame` (`peer` misbehaved: a reason code for the reputation ledger). `swarm/roles/shards.py`
+turns them into core effects; `simulator/swarming.py` carries them over the bandwidth model.
+
+Policy:
+  - rarest first: among missing shards not in flight, the one the fewest linked peers hold, ties
+    broken by the peer's seeded rng; from the least loaded holder;
+  - bounded: at most `per_peer` requests in flight to one peer and `max_in_flight` per download;
+  - endgame: when every missing shard is in flight and capacity is left, a shard is asked of a
+    second holder too (the first answer wins), so one slow peer does not hold up the tail;
+  - every answer is checked (exact length, blake2b-256 against the signed manifest) before it is
+    stored or served: a wrong hash is `bad-shard`, a wrong length `truncated`; such a peer is never
+    asked again (by this exchange, for any version); the shard is asked of someone else;
+  - a peer that announced a shard and then answers not-found, an error or nothing is `withheld`;
+    after `strikes` of those it is skipped for that version and the shard is asked elsewhere;
+  - a download starts by asking the runtime which shards are already stored (`Check`), so a
+    restarted peer resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from gossip import errors
+
+ROOT = 32
+REQUEST_SIZE = ROOT + 4  # root, then the shard index as 4 big-endian bytes
+
+
+def blake2b256(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def encode_request(root: bytes, index: int) -> bytes:
+    return bytes(root) + index.to_bytes(4, "big")
+
+
+def decode_request(data: bytes) -> tuple[bytes, int]:
+    """(root, index); raises Rejected(MALFORMED) for anything but exactly 36 bytes."""
+    if len(data) != REQUEST_SIZE:
+        raise errors.Rejected(errors.MALFORMED, f"shard request of {len(data)} bytes, expected {REQUEST_SIZE}")
+    return bytes(data[:ROOT]), int.from_bytes(data[ROOT:], "big")
+
+
+def bitmap_of(mask: int, n: int) -> bytes:
+    """Bit i of byte i // 8 (least significant first) is shard i, as `ShardHave.holds` reads it."""
+    return mask.to_bytes((n + 7) // 8, "little")
+
+
+def mask_of(bitmap: bytes, n: int) -> int:
+    return int.from_bytes(bitmap[: (n + 7) // 8], "little") & ((1 << n) - 1)
+
+
+@dataclass(frozen=True)
+class ExchangeConfig:
+    per_peer: int = 2  # requests in flight to one peer
+    max_in_flight: int = 8  # requests in flight for one download
+    timeout: float = 20.0  # one shard request (the runtime reports it; we also enforce it)
+    have_interval: float = 0.5  # at most one ShardHave per download per this (and one when done)
+    strikes: int = 2  # withheld/failed answers from one peer before it is skipped for that version
+    endgame: bool = True
+
+
+@dataclass(frozen=True)
+class Want:
+    """A version to download (or, with `held=True`, one we produced and hold in full)."""
+
+    root: bytes
+    task_id: str
+    version: int
+    hashes: tuple[bytes, ...]
+    sizes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Fetch:
+    peer: str
+    root: bytes
+    index: int
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Store:
+    root: bytes
+    index: int
+    digest: bytes
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Check:
+    root: bytes
+    digests: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
+class Announce:
+    root: bytes
+    task_id: str
+    version: int
+    bitmap: bytes
+
+
+@dataclass(frozen=True)
+class Done:
+    root: bytes
+
+
+@dataclass(frozen=True)
+class Blame:
+    peer: str
+    reason: str  # gossip.errors code: bad-shard, truncated, withheld
+    detail: str
+
+
+@dataclass
+class Download:
+    want: Want
+    started: float
+    held: int = 0  # bitmask of shards we hold
+    checking: bool = True  # waiting for the runtime's answer to Check
+    holders: dict[str, int] = field(default_factory=dict)  # peer -> bitmask it announced
+    in_flight: dict[int, dict[str, float]] = field(default_factory=dict)  # index -> {peer: deadline}
+    strikes: dict[str, int] = field(default_factory=dict)
+    skip: set[str] = field(default_factory=set)  # peers not asked again for this version
+    announce_at: float | None = None  # when the next ShardHave may go out (None: nothing new)
+    last_announce: float = float("-inf")
+    finished: float | None = None
+    bytes_in: int = 0
+    rejected: int = 0
+
+    @property
+    def n(self) -> int:
+        return len(self.want.hashes)
+
+    @property
+    def full(self) -> int:
+        return (1 << self.n) - 1
+
+    @property
+    def complete(self) -> bool:
+        return self.held == self.full
+
+    def count(self) -> int:
+        return bin(self.held).count("1")
+
+
+class ShardExchange:
+    def __init__(self, rng, config: ExchangeConfig | None = None,
+                 hasher: Callable[[bytes], bytes] = blake2b256) -> None:
+        self.rng = rng
+        self.config = config or ExchangeConfig()
+        self.hasher = hasher  # the simulator passes a memoised one: the same bytes object is hashed once
+        self.downloads: dict[bytes, Download] = {}
+        self.links: set[str] = set()  # peers we may ask (connected, not banned)
+        self.bad: set[str] = set()  # served bytes that failed a check: never asked again
+        self.by_version: dict[tuple[str, int], bytes] = {}  # (task, version) -> root
+
+    # ------------------------------------------------------------------ versions
+
+    def add(self, now: float, want: Want, held: bool = False) -> list:
+        """Start downloading `want` (answer: `Check` the store first), or seed it when `held`."""
+        if len(want.hashes) != len(want.sizes) or not want.hashes:
+            raise ValueError("a version has one size per shard hash and at least one shard")
+        d = self.downloads.get(want.root)
+        if d is None:
+            d = self.downloads[want.root] = Download(want, now)
+            self.by_version[(want.task_id, want.version)] = want.root
+        if held:
+            d.held, d.checking, d.finished = d.full, False, d.finished or now
+            d.in_flight.clear()
+            return [self._announce(now, d)]
+        if d.complete or not d.checking:
+            return []
+        return [Check(want.root, want.hashes)]
+
+    def on_present(self, now: float, root: bytes, present: frozenset[bytes] | set[bytes]) -> list:
+        """The runtime's answer to `Check`: these shard hashes are already stored (checked on read)."""
+        d = self.downloads.get(root)
+        if d is None or not d.checking:
+            return []
+        d.checking = False
+        for i, digest in enumerate(d.want.hashes):
+            if digest in present:
+                d.held |= 1 << i
+        if d.complete:
+            d.finished = now
+            return [self._announce(now, d), Done(root)]
+        if d.held:
+            d.announce_at = now
+        return self._flush(now, d) + self._schedule(now, d)
+
+    def drop(self, root: bytes) -> None:
+        d = self.downloads.pop(root, None)
+        if d is not None:
+            self.by_version.pop((d.want.task_id, d.want.version), None)
+
+    def keep(self) -> frozenset[bytes]:
+        """Every shard hash of every version still tracked (what a gc must spare)."""
+        return frozenset(h for d in self.downloads.values() for h in d.want.hashes)
+
+    def holds(self, root: bytes) -> bool:
+        d = self.downloads.get(root)
+        return d is not None and d.complete
+
+    # ------------------------------------------------------------------ peers
+
+    def on_connected(self, now: float, peer: str) -> list:
+        self.links.add(peer)
+        return self._schedule_all(now)
+
+    def on_disconnected(self, peer: str) -> None:
+        self.links.discard(peer)
+
+    def on_have(self, now: float, peer: str, root: bytes, bitmap: bytes) -> list:
+        d = self.downloads.get(root)
+        if d is None or peer in self.bad:
+            return []
+        d.holders[peer] = d.holders.get(peer, 0) | mask_of(bitmap, d.n)
+        return self._schedule(now, d)
+
+    def on_holder(self, now: float, peer: str, task_id: str, version: int) -> list:
+        """`peer` says (heartbeat) it holds all of this version."""
+        root = self.by_version.get((task_id, version))
+        d = self.downloads.get(root) if root else None
+        if d is None or peer in self.bad or d.complete or d.holders.get(peer) == d.full:
+            return []
+        d.holders[peer] = d.full
+        return self._schedule(now, d)
+
+    # ------------------------------------------------------------------ serving
+
+    def serve(self, root: bytes, index: int) -> bytes | None:
+        """The hash of shard `index` of `root` if we hold it (the runtime reads and re-checks it)."""
+        d = self.downloads.get(root)
+        if d is None or not 0 <= index < d.n or not (d.held >> index) & 1:
+            return None
+        return d.want.hashes[index]
+
+    # ------------------------------------------------------------------ answers
+
+    def on_response(self, now: float, peer: str, root: bytes, index: int, data: bytes,
+                    error: str | None) -> list:
+        d = self.downloads.get(root)
+        if d is None:
+            return []
+        asked = d.in_flight.get(index, {})
+        if peer not in asked:
+            return []  # already expired by our own timeout: its strike was counted then
+        del asked[peer]
+        if not asked:
+            d.in_flight.pop(index, None)
+        out: list = []
+        if error is not None:
+            out += self._strike(d, peer, index, error)
+        elif len(data) != d.want.sizes[index]:
+            out += self._bad(d, peer, errors.TRUNCATED, f"shard {index}: {len(data)} bytes, "
+                                                        f"manifest says {d.want.sizes[index]}")
+        elif self.hasher(data) != d.want.hashes[index]:
+            out += self._bad(d, peer, errors.BAD_SHARD, f"shard {index} does not hash to the signed manifest's")
+        elif not (d.held >> index) & 1:
+            d.held |= 1 << index
+            d.bytes_in += len(data)
+            d.strikes.pop(peer, None)
+            for other in list(asked):  # endgame duplicate still out: its answer will be ignored
+                asked.pop(other)
+            d.in_flight.pop(index, None)
+            out.append(Store(root, index, d.want.hashes[index], data))
+            if d.complete:
+                d.finished = now
+                d.in_flight.clear()
+                return out + [self._announce(now, d), Done(root)]
+            if d.announce_at is None:
+                d.announce_at = max(now, d.last_announce + self.config.have_interval)
+        return out + self._flush(now, d) + self._schedule(now, d)
+
+    def _strike(self, d: Download, peer: str, index: int, error: str) -> list:
+        d.holders[peer] = d.holders.get(peer, 0) & ~(1 << index)  # do not count on it for this shard
+        d.strikes[peer] = d.strikes.get(peer, 0) + 1
+        if d.strikes[peer] >= self.config.strikes:
+            d.skip.add(peer)
+        return [Blame(peer, errors.WITHHELD, f"shard {index}: {error[:80]}")]
+
+    def _bad(self, d: Download, peer: str, reason: str, detail: str) -> list:
+        self.bad.add(peer)
+        d.rejected += 1
+        for other in self.downloads.values():
+            other.holders.pop(peer, None)
+        return [Blame(peer, reason, detail)]
+
+    # ------------------------------------------------------------------ time
+
+    def next_deadline(self) -> float | None:
+        times = [d.announce_at for d in self.downloads.values() if d.announce_at is not None]
+        times += [t for d in self.downloads.values() for asked in d.in_flight.values() for t in asked.values()]
+        return min(times) if times else None
+
+    def on_tick(self, now: float) -> list:
+        out: list = []
+        for root in sorted(self.downloads):
+            d = self.downloads[root]
+            expired = [(i, p) for i, asked in sorted(d.in_flight.items()) for p, t in sorted(asked.items()) if t <= now]
+            for index, peer in expired:
+                out += self.on_response(now, peer, root, index, b"", "timeout (no answer)")
+            out += self._flush(now, d)
+            if not expired:
+                out += self._schedule(now, d)
+        return out
+
+    def _flush(self, now: float, d: Download) -> list:
+        if d.announce_at is None or d.announce_at > now:
+            return []
+        return [self._announce(now, d)]
+
+    def _announce(self, now: float, d: Download) -> Announce:
+        d.announce_at, d.last_announce = None, now
+        return Announce(d.want.root, d.want.task_id, d.want.version, bitmap_of(d.held, d.n))
+
+    # ------------------------------------------------------------------ choosing
+
+    def _schedule_all(self, now: float) -> list:
+        out: list = []
+        for root in sorted(self.downloads):
+            out += self._schedule(now, self.downloads[root])
+        return out
+
+    def _schedule(self, now: float, d: Download) -> list:
+        if d.checking or d.complete:
+            return []
+        cfg = self.config
+        flying = sum(len(a) for a in d.in_flight.values())
+        if flying >= cfg.max_in_flight:
+            return []
+        peers = [p for p in sorted(d.holders) if p in self.links and p not in self.bad and p not in d.skip]
+        if not peers:
+            return []
+        load = {p: 0 for p in peers}
+        for asked in d.in_flight.values():
+            for p in asked:
+                if p in load:
+                    load[p] += 1
+        masks = {p: d.holders[p] for p in peers}
+        missing = [i for i in range(d.n) if not (d.held >> i) & 1]
+        out: list = []
+        for endgame in (False, True):
+            if endgame and (not cfg.endgame or any(i not in d.in_flight for i in missing)):
+                break
+            order = [i for i in missing if (i in d.in_flight) == endgame]
+            self.rng.shuffle(order)
+            order.sort(key=lambda i: sum((m >> i) & 1 for m in masks.values()))
+            for i in order:
+                if flying >= cfg.max_in_flight:
+                    return out
+                asked = d.in_flight.get(i, {})
+                if endgame and len(asked) >= 2:
+                    continue
+                free = [p for p in peers if (masks[p] >> i) & 1 and load[p] < cfg.per_peer and p not in asked]
+                if not free:
+                    continue
+                low = min(load[p] for p in free)
+                free = [p for p in free if load[p] == low]
+                peer = free[self.rng.randrange(len(free))]
+                load[peer] += 1
+                flying += 1
+                d.in_flight.setdefault(i, {})[peer] = now + cfg.timeout
+                out.append(Fetch(peer, d.want.root, i, cfg.timeout))
+        return out
+
+    # ------------------------------------------------------------------ status
+
+    def snapshot(self, now: float) -> list[dict]:
+        out = []
+        for root in sorted(self.downloads, key=lambda r: (self.downloads[r].want.task_id, self.downloads[r].want.version)):
+            d = self.downloads[root]
+            out.append({"task_id": d.want.task_id, "version": d.want.version, "root": root.hex()[:16],
+                        "shards": d.n, "held": d.count(), "bytes": sum(d.want.sizes),
+                        "bytes_in": d.bytes_in, "in_flight": sum(len(a) for a in d.in_flight.values()),
+                        "sources": len([p for p in d.holders if p in self.links and p not in self.bad]),
+                        "rejected": d.rejected, "complete": d.complete,
+                        "seconds": round((d.finished if d.finished is not None else now) - d.started, 3)})
+        return out
+

@@ -1,0 +1,151 @@
+"""The core's side of the shard exchange: `swarm.exchange` decisions turned into effects.
+
+Every peer has one (`core.shards`), whatever its roles: it serves the shards it holds on
+`/swarm/shard/1`, publishes `ShardHave` bitmaps on the task's weights topic, fetches what a follower
+(worker, validator) or anyone else asked for, and blames peers that serve bad bytes through the
+reputation ledger. Owners (a `PolicyFollower`, the trainer) register the versions they need with
+`want` / `seed` and `release` them when they are old; a released version's shards are garbage-
+collected (`KeepShards`) once no owner needs them.
+"""
+
+from __future__ import annotations
+
+from gossip import errors, topics
+from gossip.errors import Rejected
+from gossip.messages import ShardHave, WeightManifest
+from swarm import protocols
+from swarm.exchange import (Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want,
+                            decode_request, encode_request)
+from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
+from swarm.roles.base import Role
+
+
+def want_of(msg: WeightManifest) -> Want:
+    n = len(msg.shard_hashes)
+    return Want(msg.root, msg.task_id, msg.version, tuple(msg.shard_hashes),
+                tuple(msg.shard_length(i) for i in range(n)))
+
+
+class ShardsRole(Role):
+    name = "shards"
+
+    def __init__(self, core, rng, config: ExchangeConfig | None = None) -> None:
+        self.core = core
+        self.exchange = ShardExchange(rng, config)
+        self.owners: dict[bytes, set[int]] = {}  # root -> ids of the owners that need it
+        self.waiting: dict[bytes, list] = {}  # root -> owners to tell when it is complete
+        self.served = 0
+        self.refused = 0
+
+    # ---- what owners ask
+
+    def want(self, now: float, msg: WeightManifest, owner) -> list:
+        """Download `msg`'s version; `owner.on_shards_done(now, root)` is called when all are held."""
+        self.owners.setdefault(msg.root, set()).add(id(owner))
+        if self.exchange.holds(msg.root):
+            return owner.on_shards_done(now, msg.root)
+        if owner not in self.waiting.setdefault(msg.root, []):
+            self.waiting[msg.root].append(owner)
+        return self._carry(now, self.exchange.add(now, want_of(msg)))
+
+    def seed(self, now: float, msg: WeightManifest, owner) -> list:
+        """We made this version (its shards are in our store): serve it."""
+        self.owners.setdefault(msg.root, set()).add(id(owner))
+        return self._carry(now, self.exchange.add(now, want_of(msg), held=True))
+
+    def release(self, now: float, root: bytes, owner) -> list:
+        users = self.owners.get(root)
+        if users is None:
+            return []
+        users.discard(id(owner))
+        if users:
+            return []
+        del self.owners[root]
+        self.waiting.pop(root, None)
+        self.exchange.drop(root)
+        return [KeepShards(self.exchange.keep())]
+
+    # ---- inputs the core routes here
+
+    def on_have(self, now: float, msg: ShardHave, signer: str) -> list:
+        return self._carry(now, self.exchange.on_have(now, signer, msg.root, msg.bitmap))
+
+    def on_heartbeat(self, now: float, signer: str, versions: dict) -> list:
+        out: list = []
+        for task_id, version in sorted(versions.items()):
+            out += self.exchange.on_holder(now, signer, task_id, version)
+        return self._carry(now, out)
+
+    def on_connected(self, now: float, peer: str) -> list:
+        if self.core.is_banned(peer):
+            return []
+        return self._carry(now, self.exchange.on_connected(now, peer))
+
+    def on_disconnected(self, peer: str) -> None:
+        self.exchange.on_disconnected(peer)
+
+    def on_banned(self, peer: str) -> None:
+        self.exchange.on_disconnected(peer)
+        self.exchange.bad.add(peer)
+
+    def on_present(self, now: float, root: bytes, present) -> list:
+        return self._carry(now, self.exchange.on_present(now, root, frozenset(present)))
+
+    def on_request(self, now: float, peer: str, request_id: int, data: bytes) -> list:
+        try:
+            root, index = decode_request(data)
+        except Rejected as rej:
+            self.refused += 1
+            return [Respond(request_id, error=rej.reason)] + self.core._penalise(now, peer, rej)
+        digest = self.exchange.serve(root, index)
+        if digest is None:
+            self.refused += 1
+            return [Respond(request_id, error="not-found")]
+        self.served += 1
+        return [RespondShard(request_id, digest)]
+
+    def on_response(self, now, tag, response) -> list:
+        root, index = tag
+        return self._carry(now, self.exchange.on_response(now, response.peer, root, index, response.data,
+                                                          response.error))
+
+    def on_timer(self, now, name) -> list:
+        return self._carry(now, self.exchange.on_tick(now))
+
+    # ---- actions -> effects
+
+    def _carry(self, now: float, actions: list) -> list:
+        effects: list = []
+        for a in actions:
+            if isinstance(a, Fetch):
+                effects.append(self.core.new_request(now, self, (a.root, a.index), a.peer, protocols.SHARD,
+                                                     encode_request(a.root, a.index), timeout=a.timeout))
+            elif isinstance(a, Store):
+                effects.append(StoreShard(a.digest, a.data))
+            elif isinstance(a, Check):
+                effects.append(CheckShards(a.root, a.digests))
+            elif isinstance(a, Announce):
+                have = ShardHave(task_id=a.task_id, root=a.root, version=a.version, bitmap=a.bitmap, sent_at=now)
+                if a.task_id in self.core.tasks.tasks:
+                    effects += self.core.publish(now, topics.task_topic(a.task_id, "weights"), have)
+            elif isinstance(a, Done):
+                d = self.exchange.downloads.get(a.root)
+                if d is not None:
+                    effects.append(Emit("shards-complete", {"task_id": d.want.task_id, "version": d.want.version,
+                                                            "shards": d.n, "bytes_in": d.bytes_in,
+                                                            "seconds": round(now - d.started, 3)}))
+                for owner in self.waiting.pop(a.root, []):
+                    effects += owner.on_shards_done(now, a.root)
+            elif isinstance(a, Blame):
+                effects.append(Emit("shard-rejected", {"peer": a.peer, "reason": a.reason, "detail": a.detail}))
+                if a.reason != errors.WITHHELD or self.core.ledger.score(a.peer) > -40:
+                    effects += self.core._penalise(now, a.peer, Rejected(a.reason, a.detail))
+        deadline = self.exchange.next_deadline()
+        if deadline is not None:
+            self.core.set_timer("shards:tick", max(deadline, now))
+        else:
+            self.core.timers.cancel("shards:tick")
+        return effects
+
+    def snapshot(self, now: float) -> list[dict]:
+        return self.exchange.snapshot(now)

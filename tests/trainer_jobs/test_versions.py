@@ -1,0 +1,62 @@
+"""Versions as they travel: the trainer's init/train jobs pack shards + manifest, another peer's
+unpack job rebuilds bit-identical weights from the shards alone (and the parent), and refuses bad ones."""
+
+import shutil
+
+import pytest
+
+from gossip.messages import TensorEntry, WeightManifest
+from swarm.jobs import TrainJob, UnpackJob
+from tests.trainer_jobs.conftest import TASK
+from trainer.jobs import JobError, JobWorker
+from trainer.policy import base_model, load_weights
+
+T0 = 1.8e9
+
+
+def signed_form(result, parent_version=-1) -> WeightManifest:
+    fields = dict(result.manifest)
+    fields["tensors"] = tuple(TensorEntry(*t) for t in fields["tensors"])
+    return WeightManifest(task_id="0" * 16, version=result.version, parent_version=parent_version, created_at=T0,
+                          **fields)
+
+
+def test_a_follower_rebuilds_the_trainers_versions_from_shards(initialised, tmp_path):
+    trainer, blobs, state, v0 = initialised
+    m0 = signed_form(v0)
+    assert m0.encoding == "full" and len(m0.shard_hashes) >= 1 and m0.dtype == "bf16"
+    # the published weights are what peers rebuild: loadable, rounded to bf16
+    model, _ = base_model(TASK.model, 0)
+    load_weights(model, (blobs / v0.weights.hex()).read_bytes())
+    # version 1: one real GRPO step, packed against version 0
+    from tests.trainer_jobs.test_jobs import gen
+    rollouts = tuple(gen(trainer, v0, prompts=p).blob for p in ((1, 2), (3, 4)))
+    v1 = trainer.run("train", TrainJob(TASK, 0, v0.weights, rollouts, parent_root=m0.root, parent_depth=0))
+    m1 = signed_form(v1, 0)
+    assert m1.parent_root in (m0.root, b"")
+    # another peer: only the shards (fetched by the exchange) and the manifests
+    follower = JobWorker(tmp_path / "blobs", tmp_path / "state")
+    (tmp_path / "shards").mkdir(exist_ok=True)
+    for m in (m0, m1):
+        for h in m.shard_hashes:
+            shutil.copy(blobs.parent / "shards" / h.hex(), tmp_path / "shards" / h.hex())
+    r0 = follower.run("unpack", UnpackJob("0" * 16, 0, m0, b""))
+    assert r0.weights == v0.weights, "bit-identical to what the trainer checks rollouts against"
+    r1 = follower.run("unpack", UnpackJob("0" * 16, 1, m1, r0.weights))
+    assert r1.weights == v1.weights
+
+
+def test_unpack_refuses_a_corrupt_or_missing_shard(initialised, tmp_path):
+    trainer, blobs, state, v0 = initialised
+    m0 = signed_form(v0)
+    follower = JobWorker(tmp_path / "blobs", tmp_path / "state")
+    with pytest.raises(JobError, match="not in"):
+        follower.run("unpack", UnpackJob("0" * 16, 0, m0, b""))
+    (tmp_path / "shards").mkdir(exist_ok=True)
+    for h in m0.shard_hashes:
+        data = bytearray((blobs.parent / "shards" / h.hex()).read_bytes())
+        data[len(data) // 2] ^= 1
+        (tmp_path / "shards" / h.hex()).write_bytes(bytes(data))
+    with pytest.raises(JobError, match="corrupt"):
+        follower.run("unpack", UnpackJob("0" * 16, 0, m0, b""))
+    assert not list((tmp_path / "blobs").iterdir()), "nothing written"

@@ -1,0 +1,144 @@
+"""Policy versions as they travel: the trainer packs each one, every follower unpacks it.
+
+The trainer's job process calls `publish` after init and after every GRPO step: the model's weights
+are packed with trainer/weights (floats carried in bf16, a zigzag delta against the previous
+version when that is smaller, a full version at least every `full_every` versions, zstd, shards of
+`shard_size` bytes), each shard is written to the node's shard store (named by its blake2b-256,
+like blobs), and the manifest fields go back to the core, which signs and gossips them.
+
+What every peer then uses is the version *as reconstructed from the shards*: floats rounded to the
+carried dtype and widened back to float32. `published_blob` writes that form as a weights blob, and
+the trainer uses it too (for its verify jobs), so the trainer checks rollouts against exactly the
+weights workers generated with; its own optimizer keeps the full-precision master weights.
+
+Task params: `shard_size` (bytes, default 1 MiB), `full_every` (default 8), `weights_dtype`
+("bf16", "fp16" or "fp32"; default "bf16").
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from gossip.messages import WeightManifest
+from swarm import jobs
+from trainer.blobdir import BlobDir
+from trainer.taskconfig import ParamError, int_param
+from trainer.weights import WeightsError, pack_version, unpack_version
+from trainer.weights.manifest import FORMAT
+from trainer.weights.tensors import CARRY_DTYPES, carried
+
+DEFAULT_SHARD_SIZE = 1 << 20
+MASTER_FILE = "master-weights"  # in the trainer's state dir: "<published hash> <master blob hash>"
+DEFAULT_FULL_EVERY = 8
+
+
+class VersionError(RuntimeError):
+    """A version could not be packed or rebuilt (the message says why)."""
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def state_of_blob(data: bytes) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load
+
+    return load(bytes(data))
+
+
+def published_blob(tensors: dict[str, torch.Tensor], dtype: str) -> bytes:
+    """The weights blob of a version as peers rebuild it: floats rounded to `dtype`, stored as float32."""
+    from safetensors.torch import save
+
+    out = {}
+    for name in sorted(tensors):
+        t = carried(tensors[name], dtype)
+        out[name] = (t.float() if t.is_floating_point() else t).contiguous()
+    return save(out, metadata={"format": "pt"})
+
+
+def pack_settings(params) -> tuple[int, int, str]:
+    shard_size = int_param(params, "shard_size", DEFAULT_SHARD_SIZE, lo=256)
+    full_every = int_param(params, "full_every", DEFAULT_FULL_EVERY, lo=1)
+    dtype = params.get("weights_dtype", "bf16")
+    if dtype not in CARRY_DTYPES:
+        raise ParamError(f"task param weights_dtype must be one of {CARRY_DTYPES}, got {dtype!r}")
+    return min(shard_size, 64 << 20), full_every, dtype
+
+
+class Versions:
+    def __init__(self, blobs: BlobDir, shard_dir: Path) -> None:
+        self.blobs = blobs
+        self.shards = BlobDir(shard_dir)
+        self._last: dict[str, tuple[bytes, dict[str, torch.Tensor]]] = {}  # task -> (root, tensors) just packed
+
+    def publish(self, task: jobs.TaskSpec, tensors: dict[str, torch.Tensor], parent_weights: bytes = b"",
+                parent_root: bytes = b"", parent_depth: int = 0) -> tuple[bytes, int, dict]:
+        """Pack `tensors` (float32 master weights) as the next version: (blob hash, size, manifest fields)."""
+        shard_size, full_every, dtype = pack_settings(task.params)
+        parent = None
+        if parent_root:
+            last = self._last.get(task.task_id)
+            if last is not None and last[0] == bytes(parent_root):
+                parent = last[1]
+            elif parent_weights and self.blobs.path(parent_weights).exists():
+                parent = state_of_blob(self.blobs.read(parent_weights, "parent weights"))
+        packed = pack_version(tensors, parent, shard_size=shard_size, dtype=dtype,
+                              parent_root=bytes(parent_root) if parent is not None else None,
+                              parent_depth=parent_depth, full_every=full_every)
+        for shard in packed.shards:
+            self.shards.write(shard)
+        data = published_blob(tensors, dtype)
+        digest = self.blobs.write(data)
+        self._last[task.task_id] = (packed.root, state_of_blob(data))
+        return digest, len(data), message_fields(packed)
+
+    def save_master(self, state_path: Path, published: bytes, master: bytes) -> None:
+        """Remember the full-precision weights behind a published version, so a restarted trainer
+        resumes from them rather than from the rounded version peers run."""
+        digest = self.blobs.write(master)
+        state_path.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n")
+
+    def master(self, state_path: Path, published: bytes) -> bytes | None:
+        try:
+            pub, digest = (state_path / MASTER_FILE).read_text().split()
+            if pub != bytes(published).hex() or not self.blobs.path(bytes.fromhex(digest)).exists():
+                return None
+            return self.blobs.read(bytes.fromhex(digest), "master weights")
+        except (OSError, ValueError):
+            return None
+
+    def unpack(self, job: jobs.UnpackJob) -> jobs.VersionResult:
+        m: WeightManifest = job.manifest
+        shards = [self.shards.read(h, f"shard {i} of version {job.version}") for i, h in enumerate(m.shard_hashes)]
+        parent = state_of_blob(self.blobs.read(job.parent_weights, "parent weights")) if m.encoding == "delta" else None
+        try:
+            tensors = unpack_version(manifest_fields(m), shards, parent)
+        except WeightsError as exc:
+            raise VersionError(f"version {job.version} does not rebuild: {exc}") from None
+        data = published_blob(tensors, m.dtype)
+        return jobs.VersionResult(job.version, self.blobs.write(data), len(data))
+
+
+def message_fields(packed) -> dict:
+    """`WeightManifest` fields (all but task_id, version, parent_version, created_at) of a packed version."""
+    return {"parent_root": packed.parent_root or b"", "encoding": packed.encoding, "dtype": packed.dtype,
+            "root": packed.root, "shard_size": packed.shard_size, "raw_size": packed.raw_size,
+            "compressed_size": packed.compressed_size, "shard_hashes": tuple(packed.shard_hashes),
+            "tensors": tuple((t.name, t.dtype, tuple(t.shape), t.hash) for t in packed.tensors),
+            "delta_op": packed.delta_op or "", "depth": packed.depth, "shuffle": packed.shuffle}
+
+
+def manifest_fields(m: WeightManifest) -> dict:
+    """The trainer/weights manifest fields of a signed manifest (parse_manifest re-checks the root)."""
+    return {"format": FORMAT, "encoding": m.encoding, "delta_op": m.delta_op or None,
+            "parent_root": m.parent_root or None, "depth": m.depth, "dtype": m.dtype, "shuffle": m.shuffle,
+            "shard_size": m.shard_size, "raw_size": m.raw_size, "compressed_size": m.compressed_size,
+            "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "hash": t.hash} for t in m.tensors],
+            "shard_hashes": list(m.shard_hashes), "root": m.root}
