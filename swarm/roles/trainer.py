@@ -227,7 +227,8 @@ class TrainerRole(Role):
                   **{k: round(float(v), 5) for k, v in dict(result.stats).items()}}
         state.history.append(record)
         state.in_step = []
-        effects.append(Emit("version-published", record))
+        # the weights hash lets audits and bench/learning.py score any version offline from the blob store
+        effects.append(Emit("version-published", {**record, "weights": result.weights.hex()}))
         effects += self._announce(now, state)
         return effects + self._maybe_train(now, state)
 
