@@ -39,6 +39,8 @@ from typing import Callable
 from gossip import errors
 
 ROOT = 32
+MAX_EARLY_ROOTS = 16
+MAX_EARLY_PEERS = 256
 REQUEST_SIZE = ROOT + 4  # root, then the shard index as 4 big-endian bytes
 
 
@@ -137,6 +139,7 @@ class Download:
     checking: bool = True  # waiting for the runtime's answer to Check
     holders: dict[str, int] = field(default_factory=dict)  # peer -> bitmask it announced
     in_flight: dict[int, dict[str, float]] = field(default_factory=dict)  # index -> {peer: deadline}
+    abandoned: dict[tuple[int, str], float] = field(default_factory=dict)  # endgame losers still sending
     strikes: dict[str, int] = field(default_factory=dict)
     skip: set[str] = field(default_factory=set)  # peers not asked again for this version
     announce_at: float | None = None  # when the next ShardHave may go out (None: nothing new)
@@ -171,6 +174,7 @@ class ShardExchange:
         self.links: set[str] = set()  # peers we may ask (connected, not banned)
         self.bad: set[str] = set()  # served bytes that failed a check: never asked again
         self.by_version: dict[tuple[str, int], bytes] = {}  # (task, version) -> root
+        self.early: dict[bytes, dict[str, bytes]] = {}  # haves for roots we have no manifest for yet
 
     # ------------------------------------------------------------------ versions
 
@@ -182,6 +186,8 @@ class ShardExchange:
         if d is None:
             d = self.downloads[want.root] = Download(want, now)
             self.by_version[(want.task_id, want.version)] = want.root
+            for peer, bitmap in sorted(self.early.pop(want.root, {}).items()):
+                d.holders[peer] = mask_of(bitmap, d.n)
         if held:
             d.held, d.checking, d.finished = d.full, False, d.finished or now
             d.in_flight.clear()
@@ -230,7 +236,14 @@ class ShardExchange:
 
     def on_have(self, now: float, peer: str, root: bytes, bitmap: bytes) -> list:
         d = self.downloads.get(root)
-        if d is None or peer in self.bad:
+        if peer in self.bad:
+            return []
+        if d is None:  # gossip may bring a have before the manifest: remember a few
+            if root not in self.early and len(self.early) >= MAX_EARLY_ROOTS:
+                del self.early[next(iter(self.early))]
+            early = self.early.setdefault(root, {})
+            if peer in early or len(early) < MAX_EARLY_PEERS:
+                early[peer] = bytes(bitmap)
             return []
         d.holders[peer] = d.holders.get(peer, 0) | mask_of(bitmap, d.n)
         return self._schedule(now, d)
@@ -262,7 +275,8 @@ class ShardExchange:
             return []
         asked = d.in_flight.get(index, {})
         if peer not in asked:
-            return []  # already expired by our own timeout: its strike was counted then
+            # an endgame duplicate whose twin won: the peer is free again; or one we already expired
+            return self._schedule(now, d) if d.abandoned.pop((index, peer), None) is not None else []
         del asked[peer]
         if not asked:
             d.in_flight.pop(index, None)
@@ -278,13 +292,15 @@ class ShardExchange:
             d.held |= 1 << index
             d.bytes_in += len(data)
             d.strikes.pop(peer, None)
-            for other in list(asked):  # endgame duplicate still out: its answer will be ignored
+            for other, deadline in list(asked.items()):  # endgame duplicate still out: counted until it ends
+                d.abandoned[(index, other)] = deadline
                 asked.pop(other)
             d.in_flight.pop(index, None)
             out.append(Store(root, index, d.want.hashes[index], data))
             if d.complete:
                 d.finished = now
                 d.in_flight.clear()
+                d.abandoned.clear()
                 return out + [self._announce(now, d), Done(root)]
             if d.announce_at is None:
                 d.announce_at = max(now, d.last_announce + self.config.have_interval)
@@ -309,6 +325,7 @@ class ShardExchange:
     def next_deadline(self) -> float | None:
         times = [d.announce_at for d in self.downloads.values() if d.announce_at is not None]
         times += [t for d in self.downloads.values() for asked in d.in_flight.values() for t in asked.values()]
+        times += [t for d in self.downloads.values() for t in d.abandoned.values()]
         return min(times) if times else None
 
     def on_tick(self, now: float) -> list:
@@ -316,6 +333,8 @@ class ShardExchange:
         for root in sorted(self.downloads):
             d = self.downloads[root]
             expired = [(i, p) for i, asked in sorted(d.in_flight.items()) for p, t in sorted(asked.items()) if t <= now]
+            for key in [k for k, t in d.abandoned.items() if t <= now]:
+                del d.abandoned[key]
             for index, peer in expired:
                 out += self.on_response(now, peer, root, index, b"", "timeout (no answer)")
             out += self._flush(now, d)
@@ -355,6 +374,9 @@ class ShardExchange:
             for p in asked:
                 if p in load:
                     load[p] += 1
+        for _, p in d.abandoned:
+            if p in load:
+                load[p] += 1
         masks = {p: d.holders[p] for p in peers}
         missing = [i for i in range(d.n) if not (d.held >> i) & 1]
         out: list = []

@@ -32,6 +32,7 @@ class PolicyFollower:
     latest_source: str = ""
     held: dict[int, bytes] = field(default_factory=dict)  # version -> weights blob hash (unpacked)
     manifests: dict[int, WeightManifest] = field(default_factory=dict)  # version -> its signed manifest
+    signers: dict[int, str] = field(default_factory=dict)  # version -> the trainer that announced it
     wanted: set[int] = field(default_factory=set)  # versions whose shards are being fetched
     ready: set[int] = field(default_factory=set)  # versions whose shards are all held
     unpacking: int | None = None
@@ -49,7 +50,9 @@ class PolicyFollower:
         if msg.version < self.latest - self.keep - MARGIN or msg.version in self.held:
             return []
         self.manifests[msg.version] = msg
+        self.signers[msg.version] = signer
         while len(self.manifests) > MAX_MANIFESTS:
+            self.signers.pop(min(self.manifests), None)
             del self.manifests[min(self.manifests)]
         if msg.version > self.latest:
             self.latest, self.latest_source = msg.version, signer
@@ -120,7 +123,7 @@ class PolicyFollower:
         for v in chain:
             if v not in self.wanted:
                 self.wanted.add(v)
-                effects += core.shards.want(now, self.manifests[v], self)
+                effects += core.shards.want(now, self.manifests[v], self, self.signers.get(v, ""))
         if chain and self.unpacking is None and chain[0] in self.ready:
             v = chain[0]
             m = self.manifests[v]
@@ -140,6 +143,7 @@ class PolicyFollower:
         for v in sorted(self.manifests):
             if v < floor and v != newest:
                 m = self.manifests.pop(v)
+                self.signers.pop(v, None)
                 self.ready.discard(v)
                 self.wanted.discard(v)
                 effects += self.core.shards.release(now, m.root, self)

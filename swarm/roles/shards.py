@@ -39,14 +39,18 @@ class ShardsRole(Role):
 
     # ---- what owners ask
 
-    def want(self, now: float, msg: WeightManifest, owner) -> list:
-        """Download `msg`'s version; `owner.on_shards_done(now, root)` is called when all are held."""
+    def want(self, now: float, msg: WeightManifest, owner, source: str = "") -> list:
+        """Download `msg`'s version; `owner.on_shards_done(now, root)` is called when all are held.
+        `source`: the manifest's signer (a trainer: it holds every shard)."""
         self.owners.setdefault(msg.root, set()).add(id(owner))
         if self.exchange.holds(msg.root):
             return owner.on_shards_done(now, msg.root)
         if owner not in self.waiting.setdefault(msg.root, []):
             self.waiting[msg.root].append(owner)
-        return self._carry(now, self.exchange.add(now, want_of(msg)))
+        actions = self.exchange.add(now, want_of(msg))
+        if source and source != self.core.peer_id:
+            actions += self.exchange.on_holder(now, source, msg.task_id, msg.version)
+        return self._carry(now, actions)
 
     def seed(self, now: float, msg: WeightManifest, owner) -> list:
         """We made this version (its shards are in our store): serve it."""

@@ -1,0 +1,267 @@
+"""The shard exchange with no sockets: several `ShardExchange`s wired together in memory, then whole
+cores (MemoryNet) with a peer that corrupts, truncates or withholds shards, a restart and a gc."""
+
+import hashlib
+
+import pytest
+
+from gossip.identity import Identity
+from swarm import jobs, protocols
+from swarm.core import CoreConfig, PeerCore
+from swarm.exchange import (Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want,
+                            bitmap_of, decode_request, encode_request, mask_of)
+from swarm.io import LocalCommand, SendRequest
+from swarm.rng import Rng
+from tests.samples import T0, task
+from tests.swarm import test_roles
+from tests.swarm.harness import MemoryNet
+
+
+def h(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+SHARDS = [bytes([i]) * (100 if i < 9 else 37) for i in range(10)]
+WANT = Want(h(b"root"), "t" * 16, 3, tuple(h(s) for s in SHARDS), tuple(len(s) for s in SHARDS))
+
+
+class Wire:
+    """Exchanges by name; each Fetch is answered by the server's `behaviour` after `delay` seconds."""
+
+    def __init__(self, names, seeders, config=None):
+        self.now = 0.0
+        self.ex = {n: ShardExchange(Rng(i + 1), config or ExchangeConfig(timeout=2.0)) for i, n in enumerate(names)}
+        self.stored = {n: {} for n in names}
+        self.behaviour = {n: "honest" for n in names}
+        self.queue = []  # (at, seq, client, server, index)
+        self.blamed = []
+        self.done = set()
+        self.max_load = {}
+        self.asked = []
+        for n in names:
+            for other in names:
+                if other != n:
+                    self.ex[n].on_connected(0.0, other)
+        for n in names:
+            if n in seeders:
+                self.stored[n] = {h(s): s for s in SHARDS}
+                self.run(n, self.ex[n].add(0.0, WANT, held=True))
+            else:
+                self.run(n, self.ex[n].add(0.0, WANT))
+
+    def run(self, peer, actions):
+        for a in actions:
+            if isinstance(a, Check):
+                self.run(peer, self.ex[peer].on_present(self.now, a.root, frozenset(self.stored[peer]) & set(a.digests)))
+            elif isinstance(a, Announce):
+                for other, ex in self.ex.items():
+                    if other != peer:
+                        self.run(other, ex.on_have(self.now, peer, a.root, a.bitmap))
+            elif isinstance(a, Fetch):
+                self.asked.append((peer, a.peer, a.index))
+                self.queue.append((self.now + 0.1, len(self.asked), peer, a.peer, a.index))
+                flying = sum(1 for _, _, c, s, _ in self.queue if (c, s) == (peer, a.peer))
+                self.max_load[(peer, a.peer)] = max(self.max_load.get((peer, a.peer), 0), flying)
+            elif isinstance(a, Store):
+                assert h(a.data) == a.digest == WANT.hashes[a.index]
+                self.stored[peer][a.digest] = a.data
+            elif isinstance(a, Blame):
+                self.blamed.append((peer, a.peer, a.reason))
+            elif isinstance(a, Done):
+                self.done.add(peer)
+
+    def step(self):
+        if not self.queue:
+            deadline = min([d for d in (ex.next_deadline() for ex in self.ex.values()) if d is not None], default=None)
+            if deadline is None:
+                return False
+            self.now = max(self.now, deadline)
+            for n, ex in self.ex.items():
+                self.run(n, ex.on_tick(self.now))
+            return True
+        self.queue.sort()
+        at, _, client, server, index = self.queue.pop(0)
+        self.now = max(self.now, at)
+        data, error = self.stored[server].get(WANT.hashes[index]), None
+        how = self.behaviour[server]
+        if how == "silent":
+            for n, ex in self.ex.items():
+                self.run(n, ex.on_tick(self.now))
+            return True
+        if data is None or how == "withhold":
+            data, error = b"", "not-found"
+        elif how == "corrupt":
+            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        elif how == "truncate":
+            data = data[:-1]
+        self.run(client, self.ex[client].on_response(self.now, server, WANT.root, index, data, error))
+        return True
+
+    def settle(self, limit=5000):
+        for _ in range(limit):
+            if not self.step():
+                break
+
+
+def test_request_codec_and_bitmaps():
+    assert decode_request(encode_request(WANT.root, 7)) == (WANT.root, 7)
+    with pytest.raises(Exception) as info:
+        decode_request(b"short")
+    assert info.value.reason == "malformed"
+    mask = 0b1000000101
+    assert mask_of(bitmap_of(mask, 10), 10) == mask
+    from gossip.messages import ShardHave
+    have = ShardHave(task_id="t" * 16, root=WANT.root, version=3, bitmap=bitmap_of(mask, 10), sent_at=T0)
+    assert [i for i in range(10) if have.holds(i)] == [0, 2, 9]
+
+
+def test_everyone_gets_every_shard_from_several_peers_within_bounds():
+    wire = Wire(["seed", "a", "b", "c", "d"], seeders={"seed"}, config=ExchangeConfig(per_peer=2, timeout=2.0))
+    wire.settle()
+    assert wire.done == {"a", "b", "c", "d"}
+    for peer in "abcd":
+        assert set(wire.stored[peer]) == set(WANT.hashes)
+    servers = {s for _, s, _ in wire.asked}
+    assert servers - {"seed"}, "peers served each other, not only the seed"
+    assert max(wire.max_load.values()) <= 2, "never more than per_peer requests in flight to one peer"
+    assert not wire.blamed
+
+
+def test_rarest_first():
+    ex = ShardExchange(Rng(3), ExchangeConfig(per_peer=1, max_in_flight=1))
+    for p in ("x", "y", "z"):
+        ex.on_connected(0.0, p)
+    ex.add(0.0, WANT)
+    full, rare = (1 << 10) - 1, 1 << 9
+    ex.on_have(0.0, "x", WANT.root, bitmap_of(full & ~rare, 10))
+    ex.on_have(0.0, "y", WANT.root, bitmap_of(full & ~rare, 10))
+    ex.on_have(0.0, "z", WANT.root, bitmap_of(full, 10))
+    actions = ex.on_present(0.0, WANT.root, frozenset())
+    assert [(a.peer, a.index) for a in actions if isinstance(a, Fetch)] == [("z", 9)], "the rarest shard first"
+
+
+@pytest.mark.parametrize("how,reason", [("corrupt", "bad-shard"), ("truncate", "truncated"),
+                                        ("withhold", "withheld"), ("silent", "withheld")])
+def test_a_bad_server_is_blamed_and_the_shard_fetched_elsewhere(how, reason):
+    # endgame off: a silent peer must be noticed by its timeout, not rescued by a duplicate request
+    wire = Wire(["seed", "bad", "a"], seeders={"seed", "bad"}, config=ExchangeConfig(per_peer=1, timeout=2.0, endgame=False))
+    wire.behaviour["bad"] = how
+    wire.settle()
+    assert "a" in wire.done and set(wire.stored["a"]) == set(WANT.hashes), "fetched elsewhere"
+    assert ("a", "bad", reason) in wire.blamed
+    assert {s for (c, s, r) in wire.blamed} == {"bad"}
+    asked_bad = [i for c, s, i in wire.asked if (c, s) == ("a", "bad")]
+    if how in ("corrupt", "truncate"):
+        assert len(asked_bad) == 1, "a peer that served bad bytes is never asked again"
+    else:
+        assert len(asked_bad) <= ExchangeConfig().strikes + 1
+
+
+def test_a_download_resumes_from_what_is_already_stored():
+    wire = Wire(["seed", "a"], seeders={"seed"})
+    ex = ShardExchange(Rng(9), ExchangeConfig())
+    ex.on_connected(0.0, "seed")
+    actions = ex.add(0.0, WANT)
+    assert actions == [Check(WANT.root, WANT.hashes)], "first ask the store what survived the restart"
+    present = frozenset(WANT.hashes[:7])
+    actions = ex.on_present(0.0, WANT.root, present) + ex.on_have(0.0, "seed", WANT.root, bitmap_of((1 << 10) - 1, 10))
+    fetched = {a.index for a in actions if isinstance(a, Fetch)}
+    assert fetched and fetched <= {7, 8, 9}
+    assert any(isinstance(a, Announce) for a in actions), "what survived is announced"
+
+
+def test_keep_and_drop():
+    ex = ShardExchange(Rng(1))
+    ex.add(0.0, WANT, held=True)
+    assert ex.keep() == frozenset(WANT.hashes) and ex.serve(WANT.root, 3) == WANT.hashes[3]
+    ex.drop(WANT.root)
+    assert ex.keep() == frozenset() and ex.serve(WANT.root, 3) is None
+
+
+# ---------------------------------------------------------------- whole cores
+
+
+def cores(n_workers):
+    trainer = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1)
+    workers = [PeerCore(Identity(bytes([i + 2]) * 32), CoreConfig(roles=("worker",)), seed=i + 2)
+               for i in range(n_workers)]
+    net = MemoryNet([trainer, *workers], T0)
+    net.jobs = test_roles.fake_jobs
+    test_roles.SHARDS_OF.clear()
+    test_roles.SHARDS_OF.update(net.shards)
+    return net, trainer, workers
+
+
+def announce(net, trainer, params=None):
+    t = task(trainer_keys=(trainer.identity.public_key,),
+             params=params or {"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    return t.task_id
+
+
+def record_shard_requests(net):
+    sent = []
+    carry = net._carry_out
+
+    def carry_out(peer, inp, effect):
+        if isinstance(effect, SendRequest) and effect.protocol == protocols.SHARD:
+            sent.append((peer, effect.peer, decode_request(effect.data)))
+        carry(peer, inp, effect)
+    net._carry_out = carry_out
+    return sent
+
+
+def test_a_peer_serving_corrupt_shards_is_penalised_and_the_version_comes_from_another():
+    net, trainer, (relay, bad, late) = cores(3)
+    sent = record_shard_requests(net)
+    net.start()
+    net.connect(trainer.peer_id, relay.peer_id)
+    net.connect(trainer.peer_id, bad.peer_id)
+    task_id = announce(net, trainer)
+    net.run_for(4)  # relay and bad hold version 0 now
+    assert {f["version"] for p, f in net.events_named("version-installed") if p == bad.peer_id}
+    net.serve_hook = lambda server, digest, data: (
+        bytes([data[0] ^ 1]) + data[1:] if server == bad.peer_id and data else data)
+    net.connect(late.peer_id, bad.peer_id)  # the late peer first only reaches the corrupting one
+    net.run_for(2)
+    net.connect(late.peer_id, relay.peer_id)
+    net.run_for(6)
+    blamed = [f for p, f in net.events_named("shard-rejected") if p == late.peer_id]
+    assert blamed and {f["peer"] for f in blamed} == {bad.peer_id} and {f["reason"] for f in blamed} == {"bad-shard"}
+    assert late.ledger.get(bad.peer_id).rejected["bad-shard"] >= 1
+    assert late.snapshot(net.now)["work"]["worker"][task_id]["held_versions"], "installed from the honest relay"
+    asked_bad = [r for c, s, r in sent if (c, s) == (late.peer_id, bad.peer_id)]
+    assert len(asked_bad) == 1, "asked once, never again"
+    assert all(h(d) == k for k, d in net.shards[late.peer_id].items()), "nothing bad stored"
+
+
+def test_restart_resumes_and_old_versions_are_collected():
+    net, trainer, (worker,) = cores(1)
+    sent = record_shard_requests(net)
+    net.start()
+    net.connect(trainer.peer_id, worker.peer_id)
+    task_id = announce(net, trainer)
+    net.run_for(30)
+    v = trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"]
+    assert v >= 5
+    held = worker.snapshot(net.now)["work"]["worker"][task_id]["held_versions"]
+    # gc: the worker's store holds only the shards of versions it still tracks (window + margin)
+    tracked = {d["version"] for d in worker.snapshot(net.now)["downloads"]}
+    assert min(tracked) >= v - 6 and len(held) <= 5
+    shards = {k for k, data in net.shards[worker.peer_id].items() if b"#" in data}  # (not job outputs)
+    assert shards == set(worker.shards.exchange.keep()), "released versions' shards are deleted"
+    assert len(trainer.shards.exchange.downloads) <= 2 + 2 + 8, "the trainer releases versions too"
+    # restart: a fresh core with the same identity and the same shard store resumes
+    net.stop(worker.peer_id)
+    stored = set(net.shards[worker.peer_id])
+    fresh = PeerCore(worker.identity, CoreConfig(roles=("worker",)), seed=99)
+    net.cores[worker.peer_id] = fresh
+    before = len(sent)
+    net.start(worker.peer_id)
+    net.connect(trainer.peer_id, worker.peer_id)
+    net.run_for(15)
+    assert fresh.snapshot(net.now)["work"]["worker"][task_id]["held_versions"]
+    asked = [r for c, s, r in sent[before:] if c == worker.peer_id]
+    for d in fresh.shards.exchange.downloads.values():
+        already = [i for i, k in enumerate(d.want.hashes) if k in stored]
+        assert not [r for r in asked if r[0] == d.want.root and r[1] in already], "stored shards are not fetched again"
