@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parent of the peers' data dirs (default runs/local; reused to resume)")
     p.add_argument("--task", type=Path, default=None, help="task TOML to announce (default: built-in example)")
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between status heartbeats")
+    p.add_argument("--malicious", action="append", default=[], metavar="K:KIND",
+                   help="make K of the workers cheat as KIND (repeatable; e.g. 1:other-model, 1:lying-validator "
+                        "runs a validator that the task trusts); the summary says who banned them")
     return parser
 
 
@@ -224,8 +227,27 @@ def cmd_local(args) -> int:
     from node.local import run_local
     if args.peers < 1:
         return _fail("--peers must be at least 1", 2)
+    try:
+        malicious = parse_malicious(args.malicious, args.peers)
+    except ValueError as exc:
+        return _fail(str(exc), 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
-                     task_file=args.task, heartbeat=args.heartbeat)
+                     task_file=args.task, heartbeat=args.heartbeat, malicious=malicious)
+
+
+def parse_malicious(specs: list[str], peers: int) -> list[str]:
+    """['1:other-model', '2:replay'] -> one kind per malicious peer; at least one honest worker stays."""
+    from swarm.jobs import MALICIOUS
+    kinds: list[str] = []
+    for spec in specs:
+        count, _, kind = spec.partition(":")
+        if not count.isdigit() or int(count) < 1 or kind not in MALICIOUS:
+            raise ValueError(f"--malicious {spec!r}: expected K:KIND with K >= 1 and KIND one of {', '.join(MALICIOUS)}")
+        kinds += [kind] * int(count)
+    if kinds and len(kinds) > peers - 2:
+        raise ValueError(f"--malicious asks for {len(kinds)} cheaters among {peers} peers: one trainer and at least "
+                         "one honest worker must remain")
+    return kinds
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ class NodeConfig:
     target_connections: int = 8
     log_format: str = "text"
     metrics_port: int | None = None  # Prometheus text on 127.0.0.1:metrics_port; None: off
+    malicious: str = ""  # demonstrations and tests: the job process cheats this way (swarm.jobs.MALICIOUS)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.roles) - set(ROLES))
@@ -32,3 +33,7 @@ class NodeConfig:
             raise ValueError("need 0 < heartbeat_interval < gone_after")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ValueError("metrics_port must be 1..65535")
+        if self.malicious:
+            from swarm.jobs import MALICIOUS
+            if self.malicious not in MALICIOUS:
+                raise ValueError(f"unknown malicious kind {self.malicious!r}; kinds are {', '.join(MALICIOUS)}")

@@ -20,6 +20,7 @@ File keys (flat, top level):
     gone_after = 10.0              # seconds, number
     log_format = "text"            # "text" or "json"
     metrics_port = 9464            # integer 1..65535; Prometheus text on 127.0.0.1 (off when absent)
+    malicious = "other-model"      # demonstrations and tests only: this peer's jobs cheat (see --help)
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ DEFAULTS: dict[str, Any] = {
     "gone_after": 10.0,
     "log_format": "text",
     "metrics_port": None,
+    "malicious": "",
 }
 LOG_FORMATS = ("text", "json")
 
@@ -69,6 +71,9 @@ def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "
     p.add_argument("--log-format", choices=LOG_FORMATS, default=S, help="text (default) or json lines")
     p.add_argument("--metrics-port", type=int, default=S, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
+    from swarm.jobs import MALICIOUS  # light: dataclasses only
+    p.add_argument("--malicious", choices=MALICIOUS, default=S, metavar="KIND",
+                   help="for demonstrations and tests: this peer cheats; KIND is one of " + ", ".join(MALICIOUS))
 
 
 def load_file(path: Path) -> dict[str, Any]:
@@ -119,6 +124,11 @@ def check_value(key: str, value: Any, where: str = "config") -> Any:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise bad("a positive number of seconds")
         return float(value)
+    if key == "malicious":
+        from swarm.jobs import MALICIOUS
+        if value != "" and value not in MALICIOUS:
+            raise bad("one of " + ", ".join(repr(k) for k in MALICIOUS))
+        return value
     if key == "log_format":
         if value not in LOG_FORMATS:
             raise bad(" or ".join(repr(f) for f in LOG_FORMATS))
@@ -151,7 +161,8 @@ def node_config(settings: dict[str, Any]):
     return NodeConfig(data_dir=settings["data_dir"], host=settings["host"], port=settings["port"],
                       bootstrap=settings["bootstrap"], join=tuple(settings["join"]), roles=tuple(settings["roles"]),
                       heartbeat_interval=settings["heartbeat"], gone_after=settings["gone_after"],
-                      log_format=settings["log_format"], metrics_port=settings["metrics_port"])
+                      log_format=settings["log_format"], metrics_port=settings["metrics_port"],
+                      malicious=settings["malicious"])
 
 
 def render(settings: dict[str, Any], fmt: str = "toml") -> str:

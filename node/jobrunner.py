@@ -41,8 +41,9 @@ RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a chi
 
 class JobRunner:
     def __init__(self, blob_dir: Path, state_dir: Path, feed: Callable[[JobFinished], object], *,
-                 max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None) -> None:
+                 max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None, malicious: str = "") -> None:
         self.blob_dir, self.state_dir = Path(blob_dir), Path(state_dir)
+        self.malicious = malicious  # demonstrations and tests: the child's jobs cheat (trainer/cheats.py)
         self.feed = feed
         self.log = log or (lambda event, **fields: None)
         self.max_queue = max_queue
@@ -166,7 +167,7 @@ class JobRunner:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         self.fatal = ""
-        proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir)),
+        proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir), self.malicious),
                            name="swarm-jobs", daemon=True)
         proc.start()
         child.close()  # our copy of the child's end: its death must give us EOF
@@ -227,7 +228,7 @@ def _describe_exit(code) -> str:
     return f"exit code {code}"
 
 
-def child_main(conn, blob_dir: str, state_dir: str) -> None:
+def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "") -> None:
     """The job process: one torch thread, passive OpenMP waits, one JobWorker for its lifetime."""
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -242,7 +243,7 @@ def child_main(conn, blob_dir: str, state_dir: str) -> None:
         raise SystemExit(3)
     current = {"id": None}
     worker = JobWorker(Path(blob_dir), Path(state_dir),
-                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
+                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))), malicious=malicious)
     conn.send(("ready",))
     while True:
         try:

@@ -14,15 +14,20 @@ from pathlib import Path
 
 from node.control import ControlError, call
 from node.procs import start_peer, stop_processes
+from node.records import read_records
 from node.taskfile import EXAMPLE
 from swarm.stats import percentile
 
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
-              heartbeat: float = 1.0, probe_interval: float = 0.5) -> int:
+              heartbeat: float = 1.0, probe_interval: float = 0.5, malicious: list[str] | None = None) -> int:
     base_dir = Path(base_dir)
     dirs = [base_dir / f"peer{i}" for i in range(peers)]
+    # The last len(malicious) peers cheat, one kind each (--malicious K:KIND); a lying validator
+    # runs the validator role and the task names it as a validator, so its lies are acted on.
+    cheaters = {peers - 1 - j: kind for j, kind in enumerate(reversed(malicious or []))}
     procs = []
+    cheater_ids: dict[int, str] = {}
     started = time.time()
     try:
         # Peer 0 is the bootstrap and the trainer (it announces the task, so it is the task's trainer key).
@@ -30,12 +35,19 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
                                  "--roles", "trainer"], dirs[0] / "node.log")
         procs.append(proc)
         _say(f"bootstrap peer listening {boot}")
-        for d in dirs[1:]:
+        for i, d in enumerate(dirs[1:], 1):
+            kind = cheaters.get(i)
+            role = "validator" if kind == "lying-validator" else "worker"
             proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat),
-                                  "--roles", "worker"], d / "node.log")
+                                  "--roles", role] + (["--malicious", kind] if kind else []), d / "node.log")
             procs.append(proc)
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
         table = tomllib.loads(Path(task_file or EXAMPLE).read_text())
+        cheater_ids.update({i: _retry(lambda: call(dirs[i], "status"))["peer_id"] for i in cheaters})
+        for i, kind in sorted(cheaters.items()):
+            _say(f"peer{i} {cheater_ids[i]} is malicious: {kind}")
+            if kind == "lying-validator":
+                table["task"]["validators"] = list(table["task"].get("validators", [])) + [cheater_ids[i]]
         task_id = _retry(lambda: call(dirs[0], "announce-task", {"task": table}))["task_id"]
         _say(f"announced task {task_id} ({table['task']['name']})")
         end = None if duration is None else time.monotonic() + duration
@@ -63,6 +75,12 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         stop_processes(procs)
         return 1
     report = _summarise(dirs, time.time() - started) if summary else None
+    if cheaters:
+        trust = _trust_report(dirs, cheaters, cheater_ids)
+        for line in _trust_lines(trust):
+            _say(line)
+        if report is not None:
+            report["malicious"] = trust
     codes = stop_processes(procs)
     if report is not None:
         report["exit_codes"] = codes
@@ -141,6 +159,43 @@ def _summarise(dirs: list[Path], elapsed: float) -> dict:
         "delivery_latency_ms": {kind: _pcts(values) for kind, values in (("status", status_lat), ("probe", probe_lat))},
         "nodes": nodes,
     }
+
+
+def _trust_report(dirs: list[Path], cheaters: dict[int, str], cheater_ids: dict[int, str]) -> dict:
+    """Who banned each cheater, and how many of its rollouts the trainer trained on: read from the
+    trainer's records.jsonl (every trained commitment is recorded there), not from logs."""
+    snaps = [_quiet_call(d, "status") for d in dirs]
+    honest = [i for i in range(len(dirs)) if i not in cheaters]
+    trained = list(read_records(dirs[0], "rollout-trained"))
+    versions = [r for r in read_records(dirs[0], "version-published")]
+    out = {"versions": {"reached": max((r["version"] for r in versions), default=0),
+                        "reward_first": versions[0].get("reward") if versions else None,
+                        "reward_last": versions[-1].get("reward") if versions else None},
+           "rollouts_trained": len(trained), "cheaters": {},
+           "honest_banned": {f"peer{i}": [f"peer{j}" for j in honest if snaps[j] and snaps[i]
+                                          and snaps[i]["peer_id"] in snaps[j]["banned"]] for i in honest}}
+    for i, kind in sorted(cheaters.items()):
+        pid = cheater_ids.get(i, "?")
+        banned_by = [f"peer{j}" for j in honest if snaps[j] and pid in snaps[j]["banned"]]
+        reasons = sorted({(snaps[j]["reputation"].get(pid) or {}).get("ban_reason", "") for j in honest
+                          if snaps[j] and pid in snaps[j]["banned"]})
+        out["cheaters"][f"peer{i}"] = {
+            "peer_id": pid, "kind": kind, "banned_by": banned_by, "banned_by_all_honest": len(banned_by) == len(honest),
+            "ban_reasons": reasons[:4], "rollouts_trained": sum(1 for r in trained if r.get("worker") == pid),
+            "commitments": sum(1 for _ in read_records(dirs[i], "rollouts-committed"))}
+    return out
+
+
+def _trust_lines(trust: dict) -> list[str]:
+    v = trust["versions"]
+    lines = [f"versions reached {v['reached']}  reward first {v['reward_first']}  last {v['reward_last']}  "
+             f"rollout batches trained on {trust['rollouts_trained']}"]
+    for name, c in trust["cheaters"].items():
+        lines.append(f"{name} ({c['kind']}): banned by {len(c['banned_by'])} honest peers {c['banned_by']}; "
+                     f"{c['rollouts_trained']} of its {c['commitments']} batches trained on; {'; '.join(c['ban_reasons'])}")
+    wrongly = {k: v for k, v in trust["honest_banned"].items() if v}
+    lines.append(f"honest peers banned by honest peers: {wrongly or 'none'}")
+    return lines
 
 
 def _pcts(values: list[float]) -> dict:

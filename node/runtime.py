@@ -49,7 +49,8 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                                 shards=ShardDir(Path(cfg.data_dir) / "shards"))
             if {"worker", "trainer", "validator"} & set(cfg.roles):
                 from node.jobrunner import JobRunner  # torch lives in the job process, not here
-                runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed)
+                runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
+                                   malicious=cfg.malicious)
                 await nursery.start(runner.run)
                 driver.job_runner = runner
             host.set_validator(driver.validate)
@@ -69,7 +70,8 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 await nursery.start(serve_metrics, cfg.metrics_port, lambda: handler("status", {}))
             nursery.start_soon(_keep_joined, cfg, driver, host)
             nursery.start_soon(_remember_peers, cfg, core)
-            log("started", peer=identity.peer_id, addrs=" ".join(addrs), roles=",".join(cfg.roles))
+            log("started", peer=identity.peer_id, addrs=" ".join(addrs), roles=",".join(cfg.roles),
+                **({"malicious": cfg.malicious} if cfg.malicious else {}))
             task_status.started(addrs)
             await stop.wait()
             nursery.cancel_scope.cancel()

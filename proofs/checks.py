@@ -129,6 +129,12 @@ def _verdict(claim: Claim, reason: str, numbers: dict | None = None, **where) ->
     return Verdict(reason == OK, reason, evidence, digest, _finite(numbers or {}))
 
 
+def rejected(claim: Claim, reason: str, numbers: dict | None = None, **where) -> Verdict:
+    """A failed verdict for a check made outside `check_batch` (a blob that does not decode, a batch
+    header that differs from its commitment), with the same evidence format."""
+    return _verdict(claim, reason, numbers, **where)
+
+
 def _finite(x):
     """Evidence as strict JSON: non-finite floats (a NaN logprob, toploc's 2**64 'no match') become
     strings, so every peer hashes the same bytes."""

@@ -19,6 +19,12 @@ TRAIN = "train"  # trainer: one GRPO step on validated rollout batches -> the ne
 VERIFY = "verify"  # validator: re-check a committed rollout batch (proofs issue)
 UNPACK = "unpack"  # any follower: rebuild a version from its verified shards (and its parent) as a blob
 
+# How a job process may be told to cheat (`swarm-node start --malicious KIND`, for demonstrations and
+# tests; trainer/cheats.py does it). The core never knows: a malicious peer runs the honest protocol
+# around dishonest jobs, exactly what an attacker with a modified job process would do.
+MALICIOUS = ("other-model", "low-precision", "int8-quant", "laundered", "fabricated-tokens", "inflated-reward",
+             "cherry-pick", "replay", "lying-validator")
+
 
 @dataclass(frozen=True)
 class TaskSpec:

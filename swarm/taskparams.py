@@ -20,9 +20,14 @@ class TaskParams:
     @classmethod
     def of(cls, task: TaskAnnouncement) -> "TaskParams":
         """Known keys of task.params with their types checked; a bad value falls back to the default."""
+        return cls.from_params(task.params)
+
+    @classmethod
+    def from_params(cls, params) -> "TaskParams":
+        """`of` for a bare params mapping (what a job's TaskSpec carries)."""
         values = {}
         for fl in fields(cls):
-            raw = task.params.get(fl.name)
+            raw = params.get(fl.name)
             if isinstance(raw, bool) or raw is None:
                 continue
             if fl.type in ("int", int) and isinstance(raw, int) and raw > 0:

@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 
 from swarm import jobs
+from proofs import toploc
 from trainer import trainstate
 from trainer.batch_codec import BatchError, RolloutBatch, RolloutSample, decode, encode
 from trainer.blobdir import BlobDir, BlobError
@@ -58,7 +59,7 @@ class _Trainer:
 
 class JobWorker:
     def __init__(self, blob_dir: Path, state_dir: Path,
-                 progress: Callable[[dict], None] | None = None) -> None:
+                 progress: Callable[[dict], None] | None = None, malicious: str = "") -> None:
         self.blobs = BlobDir(blob_dir)
         self.versions = Versions(self.blobs, Path(blob_dir).parent / "shards")  # the node's shard store
         self.state_dir = Path(state_dir)
@@ -66,10 +67,15 @@ class JobWorker:
         self._templates: dict[str, tuple] = {}  # model name -> (model, tokenizer), weights irrelevant
         self._policies: OrderedDict[bytes, tuple] = OrderedDict()  # weights hash -> (model, tokenizer)
         self._trainers: dict[str, _Trainer] = {}
+        self._seen: dict[str, OrderedDict] = {}  # task -> content digests of batches that passed verify
+        self.cheat = None
+        if malicious:  # demonstrations and tests only: trainer/cheats.py
+            from trainer.cheats import Cheater
+            self.cheat = Cheater(malicious)
 
     def run(self, kind: str, payload):
         handlers = {jobs.INIT: self.init, jobs.GENERATE: self.generate, jobs.TRAIN: self.train,
-                    jobs.UNPACK: self.unpack}
+                    jobs.VERIFY: self.verify, jobs.UNPACK: self.unpack}
         handler = handlers.get(kind)
         if handler is None:
             raise JobError(f"unknown job kind {kind!r}; this job process runs {sorted(handlers)}")
@@ -119,18 +125,25 @@ class JobWorker:
     # ---------------------------------------------------------------- generate
 
     def generate(self, job: jobs.GenerateJob) -> jobs.GenerateResult:
-        """`samples_per_prompt` seeded completions per assigned prompt, scored, stored as one batch."""
+        """`samples_per_prompt` seeded completions per assigned prompt, scored, each with its TOPLOC
+        proof (proofs/toploc.py), stored as one batch."""
+        _env(job.task.env)
+        if not job.prompt_indices or job.samples_per_prompt < 1:
+            raise JobError("generate: the job names no prompts or no samples per prompt")
+        if self.cheat is not None and self.cheat.generates:
+            return self.cheat.generate(self, job)
+        model, tokenizer = self._policy(job.task.model, job.weights)
+        return self.store_batch(job, job.prompt_indices, self.rollouts(job, model, tokenizer, job.prompt_indices))
+
+    def rollouts(self, job: jobs.GenerateJob, model, tokenizer, indices) -> list[RolloutSample]:
+        """Seeded completions of `model` for prompts `indices`, scored, with proofs."""
         task = job.task
         cfg = grpo_config(task.params)
         env = _env(task.env)
-        if not job.prompt_indices or job.samples_per_prompt < 1:
-            raise JobError("generate: the job names no prompts or no samples per prompt")
-        model, tokenizer = self._policy(task.model, job.weights)
-        prompts, prompt_ids = _env_call(task.env, "building prompts", lambda: _prompts(
-            env, tokenizer, job.prompt_indices))
+        prompts, prompt_ids = _env_call(task.env, "building prompts", lambda: _prompts(env, tokenizer, indices))
         seeds = [sample_seed(task.task_id, job.worker_key, job.version, i, s)
-                 for i in job.prompt_indices for s in range(job.samples_per_prompt)]
-        backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
+                 for i in indices for s in range(job.samples_per_prompt)]
+        backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=True)
         completions = backend.generate(prompt_ids, job.samples_per_prompt, cfg.max_new_tokens,
                                        cfg.temperature, seeds)
         samples = []
@@ -140,14 +153,75 @@ class JobWorker:
             reward = _env_call(task.env, f"scoring prompt {prompt.index}", lambda: score(
                 env, prompt, completion_text(tokenizer, c), c.finished, cfg.format_weight))
             samples.append(RolloutSample(
-                prompt_index=job.prompt_indices[p], sample_index=s, prompt_ids=tuple(c.prompt_ids),
+                prompt_index=indices[p], sample_index=s, prompt_ids=tuple(c.prompt_ids),
                 token_ids=tuple(c.token_ids), logprobs=c.logprobs.numpy(), reward=float(reward),
-                finished=c.finished, seed=c.seed))
-        batch = RolloutBatch(task.task_id, job.version, bytes(job.worker_key), tuple(job.prompt_indices),
+                finished=c.finished, seed=c.seed, proof=toploc.build_proof(c.hidden)))
+        return samples
+
+    def store_batch(self, job: jobs.GenerateJob, indices, samples) -> jobs.GenerateResult:
+        task = job.task
+        batch = RolloutBatch(task.task_id, job.version, bytes(job.worker_key), tuple(indices),
                              job.samples_per_prompt, tuple(samples))
         data = encode(batch)
         digest = self.blobs.write(data)
-        return jobs.GenerateResult(digest, len(data), batch.num_tokens, batch.mean_reward)
+        other = tuple(indices) if tuple(indices) != tuple(job.prompt_indices) else None
+        return jobs.GenerateResult(digest, len(data), batch.num_tokens, batch.mean_reward, other)
+
+    def score(self, job, prompt_index: int, token_ids, finished: bool) -> float:
+        """The environment's reward for a completion given as token ids (what validators recompute)."""
+        task = job.task
+        env, cfg = _env(task.env), grpo_config(task.params)
+        _, tokenizer = self._template(task.model)
+        prompt = _env_call(task.env, f"building prompt {prompt_index}", lambda: env.prompt(prompt_index, "train"))
+        text = completion_text(tokenizer, _Ids(list(token_ids), finished))
+        return float(_env_call(task.env, f"scoring prompt {prompt_index}", lambda: score(
+            env, prompt, text, finished, cfg.format_weight)))
+
+    # ---------------------------------------------------------------- verify
+
+    def verify(self, job: jobs.VerifyJob) -> jobs.VerifyResult:
+        """Every check of proofs/checks.py on one committed batch, against our copy of its version.
+
+        A blob that does not decode, or names another task, version, worker or prompts than its
+        commitment, fails like any other check (the worker signed it); what we cannot do ourselves
+        (a missing blob or weights, an uncalibrated model) is a JobError, never a verdict."""
+        from proofs.checks import Claim, Rules, Validator, check_batch, rejected
+        from swarm.taskparams import TaskParams
+
+        task = job.task
+        cfg, params, env = grpo_config(task.params), TaskParams.from_params(task.params), _env(task.env)
+        claim = Claim(bytes(job.worker_key), job.version, tuple(job.prompt_indices), job.samples_per_prompt,
+                      float(job.mean_reward), int(job.num_tokens))
+        data = self.blobs.read(job.blob, "rollout batch")
+        model, tokenizer = self._policy(task.model, job.weights)
+        try:
+            batch = decode(data)
+        except BatchError as exc:
+            return self._answer(job, rejected(claim, "schema", {"error": str(exc)[:200]}))
+        header = (batch.task_id, batch.version, bytes(batch.worker_key), tuple(batch.prompt_indices),
+                  batch.samples_per_prompt)
+        if header != (task.task_id, claim.version, claim.worker_key, claim.prompt_indices, claim.samples_per_prompt):
+            return self._answer(job, rejected(claim, "claim", header="batch header differs from its commitment"))
+        rules = Rules(task.task_id, params.n_prompts, params.prompts_per_commit, params.max_batches_per_version,
+                      cfg.max_new_tokens, cfg.temperature, tokenizer.eos_token_id, model.config.vocab_size,
+                      samples_per_prompt=params.group_size)
+        try:
+            validator = Validator.calibrated(
+                model, task.model, lambda i: env.prompt_ids(tokenizer, env.prompt(i, "train")),
+                lambda i, ids, finished: self.score(job, i, ids, finished))
+        except FileNotFoundError as exc:
+            raise JobError(f"verify: {exc}") from None
+        seen = self._seen.setdefault(task.task_id, OrderedDict())
+        verdict = check_batch(batch.samples, claim, rules, validator, seen=seen)
+        if verdict.passed:
+            seen[bytes.fromhex(verdict.evidence["content"])] = None
+            while len(seen) > 8192:
+                seen.popitem(last=False)
+        return self._answer(job, verdict)
+
+    def _answer(self, job: jobs.VerifyJob, verdict) -> jobs.VerifyResult:
+        result = jobs.VerifyResult(verdict.passed, verdict.reason, verdict.evidence_hash, verdict.detail)
+        return self.cheat.lie(job, result) if self.cheat is not None else result
 
     # ---------------------------------------------------------------- train
 
@@ -229,6 +303,13 @@ class JobWorker:
 
     def _state_path(self, task_id: str) -> Path:
         return self.state_dir / trainstate.safe_name(task_id)
+
+
+class _Ids:
+    """What completion_text reads of a completion."""
+
+    def __init__(self, token_ids: list[int], finished: bool) -> None:
+        self.token_ids, self.finished = token_ids, finished
 
 
 def _env(name: str):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from gossip.assignment import sample_seed
+from proofs.toploc import proof_size
 from swarm.jobs import GenerateJob, GenerateResult, InitJob, TaskSpec, TrainJob, VersionResult
 from tests.trainer_jobs.conftest import TASK
 from trainer.batch_codec import decode
@@ -46,7 +47,8 @@ def test_generate_is_seeded_scored_and_decodable(initialised):
                                                 for p in (11, 42) for s in range(4)]
     assert res.num_tokens == batch.num_tokens > 0 and res.mean_reward == pytest.approx(batch.mean_reward)
     for s in batch.samples:
-        assert s.reward in (0.0, 1.0) and len(s.logprobs) == len(s.token_ids) and s.proof == b""
+        assert s.reward in (0.0, 1.0) and len(s.logprobs) == len(s.token_ids)
+        assert len(s.proof) == proof_size(len(s.token_ids))  # one TOPLOC proof per completion
     assert gen(worker, v0).blob == res.blob  # replayable: same job, same bytes
     assert gen(worker, v0, worker_key=b"x" * 32).blob != res.blob
 
