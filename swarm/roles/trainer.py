@@ -223,8 +223,11 @@ class TrainerRole(Role):
             effects.append(Emit("rollout-trained", {"task_id": task_id, "commitment_id": p.commitment_id.hex(),
                                                     "worker": p.worker, "policy_version": p.commitment.policy_version,
                                                     "trained_into": result.version}))
-        record = {"task_id": task_id, "version": result.version, "completions": state.completions,
-                  **{k: round(float(v), 5) for k, v in dict(result.stats).items()}}
+        stats = {k: round(float(v), 5) for k, v in dict(result.stats).items()}
+        # the job's own count is this step's; `completions` stays the running total (an int) operators read
+        if "completions" in stats:
+            stats["step_completions"] = int(stats.pop("completions"))
+        record = {"task_id": task_id, "version": result.version, "completions": state.completions, **stats}
         state.history.append(record)
         state.in_step = []
         # the weights hash lets audits and bench/learning.py score any version offline from the blob store
