@@ -11,7 +11,12 @@ if [ ! -x .venv/bin/python ]; then
     echo "setup: creating .venv with $("$PY" --version)"
     "$PY" -m venv .venv
 fi
-pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+# This machine's pip config names local index folders that may not exist; pip warns once per package
+# about each, which buries everything else. Only that warning is dropped.
+pip() {
+    .venv/bin/python -m pip --disable-pip-version-check -q "$@" \
+        2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
 stamp=.venv/.swarm-setup-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 if [ -f "$stamp" ]; then
     exit 0
