@@ -47,6 +47,7 @@ class TrainerTask:
     in_step: list[Check] = field(default_factory=list)
     others_said: dict[bytes, tuple[str, bool]] = field(default_factory=dict)  # commitment -> (validator, passed)
     rejected: int = 0
+    checked: dict[str, int] = field(default_factory=dict)  # worker -> verify jobs started for its batches
     trained_commitments: int = 0
     completions: int = 0
     dropped: int = 0
@@ -105,13 +106,36 @@ class TrainerRole(Role):
             del state.pending[commitment_id]
             state.dropped += 1
             return [Emit("rollout-dropped", {"task_id": task_id, "worker": check.worker, "reason": failure})]
-        weights = state.weights_by_version.get(check.commitment.policy_version)
-        if weights is None:  # older than anything we kept: cannot be checked, so not trained on
-            del state.pending[commitment_id]
-            state.dropped += 1
-            return effects + [Emit("rollout-dropped", {"task_id": task_id, "worker": check.worker,
-                                                       "reason": errors.TOO_OLD})]
-        return effects + [checking.verify_job(self.core, self, state.spec, check, weights)]
+        return effects + self._verify_more(now, state)
+
+    def _verify_more(self, now: float, state: TrainerTask) -> list:
+        """Start the next verify job, one at a time, while the passed and in-check prompts do not cover
+        the next step's `prompts_per_step`. Candidates are fetched batches, newest policy version first,
+        then the worker checked least so far (every worker's batches get checked and trained on).
+        Checking every batch on arrival spent the trainer's job process on batches that went stale
+        before a step needed them and queued each train job behind those checks (bench/learning.py
+        measured steps several times slower on 2 cores); one job at a time lets the train job go first."""
+        if any(p.verifying for p in state.pending.values()):
+            return []
+        have = sum(len(p.commitment.prompt_indices) for p in state.pending.values()
+                   if p.result is not None and p.result.passed)
+        effects = []
+        while have < state.params.prompts_per_step:
+            waiting = [p for p in state.pending.values() if p.blob_ok and not p.verifying and p.result is None]
+            if not waiting:
+                break
+            check = min(waiting, key=lambda p: (-p.commitment.policy_version, state.checked.get(p.worker, 0)))
+            weights = state.weights_by_version.get(check.commitment.policy_version)
+            if weights is None:  # older than anything we kept: cannot be checked, so not trained on
+                del state.pending[check.commitment_id]
+                state.dropped += 1
+                effects.append(Emit("rollout-dropped", {"task_id": state.spec.task_id, "worker": check.worker,
+                                                        "reason": errors.TOO_OLD}))
+                continue
+            state.checked[check.worker] = state.checked.get(check.worker, 0) + 1
+            effects.append(checking.verify_job(self.core, self, state.spec, check, weights))
+            break
+        return effects
 
     def _on_verify_finished(self, now: float, state: TrainerTask, commitment_id: bytes, done: JobFinished) -> list:
         check = state.pending.get(commitment_id)
@@ -121,7 +145,8 @@ class TrainerRole(Role):
         if not done.ok:  # the check itself broke (not the worker's fault): do not train on it
             del state.pending[commitment_id]
             state.dropped += 1
-            return [Emit("job-failed", {"task_id": state.spec.task_id, "kind": jobs.VERIFY, "error": done.error[:300]})]
+            return [Emit("job-failed", {"task_id": state.spec.task_id, "kind": jobs.VERIFY,
+                                        "error": done.error[:300]})] + self._maybe_train(now, state)
         result: jobs.VerifyResult = done.result
         check.result = result
         effects = self._compare_with_others(now, state, check)
@@ -153,10 +178,14 @@ class TrainerRole(Role):
     # ---- training
 
     def _maybe_train(self, now: float, state: TrainerTask) -> list:
+        return self._start_step(now, state) + self._verify_more(now, state)
+
+    def _start_step(self, now: float, state: TrainerTask) -> list:
         if state.busy or state.version < 0:
             return []
         effects = self._drop_unusable(state)
-        ready = [p for p in state.pending.values() if p.result is not None and p.result.passed]
+        ready = sorted((p for p in state.pending.values() if p.result is not None and p.result.passed),
+                       key=lambda p: -p.commitment.policy_version)  # the least off-policy first
         if sum(len(p.commitment.prompt_indices) for p in ready) < state.params.prompts_per_step:
             return effects
         step, prompts = [], 0

@@ -22,6 +22,7 @@ from swarm.roles.follower import PolicyFollower
 from swarm.taskparams import TaskParams, task_spec
 
 RETRY_AFTER = 5.0
+STALL_AFTER = 20.0  # at its share, a worker waits this long for a new version before generating more
 
 
 @dataclass
@@ -32,6 +33,9 @@ class WorkerTask:
     policy: PolicyFollower
     job_version: int | None = None
     batches: dict[int, int] = field(default_factory=dict)  # version -> batches generated
+    extra: dict[int, int] = field(default_factory=dict)  # version -> batches allowed past the share (stalls)
+    stalled: int | None = None  # the version we are waiting past, once its stall timer is set
+    first_version: int | None = None  # the first version we generated for (its share primes the pipeline)
     commitments: int = 0
     completions: int = 0
     failures: int = 0
@@ -61,6 +65,7 @@ class WorkerRole(Role):
         effects = state.policy.on_manifest(self.core, self, now, msg, signer)
         for version in [v for v in state.batches if v not in state.policy.held and v < state.policy.latest]:
             del state.batches[version]
+            state.extra.pop(version, None)
         return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
@@ -80,7 +85,12 @@ class WorkerRole(Role):
         if version < state.policy.latest - state.async_level:
             return []  # too stale to be trained on: wait for the fetch
         batch = state.batches.get(version, 0)
-        if batch >= state.params.max_batches_per_version:
+        if state.first_version is None:
+            state.first_version = version
+        if batch >= min(state.params.max_batches_per_version, self._share(state, version) + state.extra.get(version, 0)):
+            if state.stalled != version:  # the trainer may still need more (failed checks, a worker gone)
+                state.stalled = version
+                self.core.set_timer(f"worker:{state.spec.task_id}:stall", now + STALL_AFTER)
             return []
         count = state.params.prompts_per_commit
         indices = assign_prompts(state.spec.task_id, self.core.identity.public_key, version, (batch + 1) * count,
@@ -91,6 +101,22 @@ class WorkerRole(Role):
                                    prompt_indices=tuple(indices), samples_per_prompt=state.params.group_size,
                                    worker_key=self.core.identity.public_key)
         return [self.core.new_job(self, (state.spec.task_id, version, tuple(indices)), jobs.GENERATE, payload)]
+
+    def _share(self, state: WorkerTask, version: int) -> int:
+        """Batches worth generating for `version`. A trainer step takes `prompts_per_step` prompts, and
+        the workers we know of (alive peers whose heartbeats name the worker role, and us, ranked by
+        peer id) split one step's worth of each version. More would go stale unread, and on a shared
+        machine generating it takes CPU from the trainer (bench/learning.py measured steps several
+        times slower). The first version we serve is not capped: its backlog primes the async window
+        (the trainer steps on older rollouts while we generate for the newest version). A worker left
+        waiting for STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
+        peers, me = self.core.membership.peers, self.core.peer_id
+        workers = sorted({me} | {p for p in self.core.membership.alive_peers() if "worker" in peers[p].roles})
+        commits = -(-state.params.prompts_per_step // state.params.prompts_per_commit)
+        if version == state.first_version:
+            return state.params.max_batches_per_version
+        base, rest = divmod(commits, len(workers))
+        return base + (1 if workers.index(me) < rest else 0)
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
         task_id, version, indices = tag
@@ -123,6 +149,10 @@ class WorkerRole(Role):
             return []
         if what == "refetch":
             return state.policy.fetch_latest(self.core, self, now)
+        if what == "stall":
+            version, state.stalled = state.stalled, None
+            if version is not None and version == state.policy.newest_held() and state.job_version is None:
+                state.extra[version] = state.extra.get(version, 0) + 1
         return self._maybe_generate(now, state)
 
     def snapshot(self) -> dict:
