@@ -238,6 +238,9 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "") -> None
 
         torch.set_num_threads(1)
         from trainer.jobs import JobError, JobWorker
+        # transformers imports its model classes lazily: about 15 s on a busy 2-core machine, paid
+        # here while the peer joins instead of inside its first generate or verify job
+        from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: F401
     except BaseException as exc:
         conn.send(("fatal", f"the job process cannot start: {type(exc).__name__}: {exc}"))
         raise SystemExit(3)
