@@ -168,9 +168,11 @@ def _trust_report(dirs: list[Path], cheaters: dict[int, str], cheater_ids: dict[
     honest = [i for i in range(len(dirs)) if i not in cheaters]
     trained = list(read_records(dirs[0], "rollout-trained"))
     versions = [r for r in read_records(dirs[0], "version-published")]
+    rewards = [(r["version"], r["reward"]) for r in versions if "reward" in r]  # mean reward of each step's batches
     out = {"versions": {"reached": max((r["version"] for r in versions), default=0),
-                        "reward_first": versions[0].get("reward") if versions else None,
-                        "reward_last": versions[-1].get("reward") if versions else None},
+                        "reward_first": rewards[0][1] if rewards else None,
+                        "reward_last": rewards[-1][1] if rewards else None,
+                        "reward_by_version": dict(rewards)},
            "rollouts_trained": len(trained), "cheaters": {},
            "honest_banned": {f"peer{i}": [f"peer{j}" for j in honest if snaps[j] and snaps[i]
                                           and snaps[i]["peer_id"] in snaps[j]["banned"]] for i in honest}}

@@ -24,4 +24,12 @@ def render_status(snap: dict) -> str:
     lines.append(f"messages: accepted {msgs.get('accepted', 0)}; rejected: {rejected}")
     if snap.get("banned"):
         lines.append(f"banned: {', '.join(snap['banned'])}")
+    reputation = snap.get("reputation", {})
+    if reputation:
+        lines.append("reputation (this node's own ledger, lowest score first):")
+        for peer, r in sorted(reputation.items(), key=lambda kv: (kv[1].get("score", 0.0), kv[0])):
+            rejected = ", ".join(f"{k} {v}" for k, v in r.get("rejected", {}).items())
+            lines.append(f"  {peer}  score {r.get('score', 0.0):+.1f}  accepted {r.get('accepted', 0)}"
+                         + (f"  rejected: {rejected}" if rejected else "")
+                         + (f"  BANNED: {r.get('ban_reason', '')}" if r.get("banned") else ""))
     return "\n".join(lines)

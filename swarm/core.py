@@ -11,6 +11,7 @@ rejection is an effect plus a counted reason, never an exception.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from gossip import errors, topics
@@ -39,6 +40,8 @@ from swarm.tasks import TaskBook
 from swarm.timers import Timers
 
 AGENT = "swarm/0.1.0"
+VALIDATOR_QUORUM = 2  # distinct trusted validators whose failed verdicts ban a worker without a trainer's
+OPINIONS_KEPT = 8192  # commitments whose trusted verdicts we remember
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class PeerCore:
         self._next_job_id = 1
         self._jobs: dict[int, tuple[Role, object]] = {}
         self.commitments: dict[str, CommitmentBook] = {}
+        self._opinions: OrderedDict[bytes, dict[bytes, tuple[bool, str]]] = OrderedDict()  # commitment -> verdicts
         role_classes = {"worker": WorkerRole, "trainer": TrainerRole, "validator": ValidatorRole}
         self.roles: list[Role] = [role_classes[r](self) for r in self.config.roles if r in role_classes]
         self.shards = ShardsRole(self, Rng(stable_seed("shards", seed)))  # every peer serves what it holds
@@ -204,6 +208,8 @@ class PeerCore:
         signed = seal(self.identity, message)
         self.seen.add(signed.msg_id, now)
         self.stats.on_published(topic, len(signed.wire))
+        if isinstance(message, RolloutCommitment):  # verdicts about our own batches are about a known commitment
+            self.book(message.task_id).add(signed.msg_id, message, self.peer_id, self.identity.public_key)
         return [Publish(topic, signed.wire)]
 
     # ------------------------------------------------------------------ gossip intake
@@ -338,10 +344,42 @@ class PeerCore:
             raise Rejected(errors.UNKNOWN_COMMITMENT, f"verdict about {verdict.commitment_id.hex()[:16]}")
         if seen.worker_key != verdict.subject:
             raise Rejected(errors.SCHEMA, "verdict subject is not the signer of the commitment")
-        if verdict.passed or not self.trusts_verdicts_of(task, signed.signer) or self.is_trainer_of(task):
+        if not self.trusts_verdicts_of(task, signed.signer) or self.is_trainer_of(task):
             return []  # a trainer bans on its own re-check (roles/trainer.py), not on others' word
-        return self.ban_for_cheating(now, seen.worker, f"failed {verdict.reason} (verdict by "
-                                                       f"{self._signer_id(signed.signer)})")
+        return self._weigh_verdicts(now, task, seen, verdict, signed.signer)
+
+    def _weigh_verdicts(self, now: float, task: TaskAnnouncement, seen, verdict: Verdict, key: bytes) -> list:
+        """What the trusted verdicts about one commitment prove, so far.
+
+        A trainer re-checks everything it trains on and publishes its verdict either way, so its word
+        settles a commitment: a failure bans the worker, and a validator that said otherwise is shown
+        wrong and banned. Without a trainer's verdict, validators' failures ban the worker only once
+        VALIDATOR_QUORUM distinct validators agree: one lying validator cannot get honest workers
+        banned, and its lies cost it its trust as soon as a trainer's verdict contradicts them.
+        """
+        cid = verdict.commitment_id
+        said = self._opinions.setdefault(cid, {})
+        said[key] = (verdict.passed, verdict.reason)
+        self._opinions.move_to_end(cid)
+        while len(self._opinions) > OPINIONS_KEPT:
+            self._opinions.popitem(last=False)
+        by_trainer = [v for k, v in said.items() if k in task.trainer_keys]
+        effects: list = []
+        if by_trainer:
+            failed = next((reason for passed, reason in by_trainer if not passed), None)
+            for other, (passed, reason) in said.items():
+                if other in task.trainer_keys or passed == (failed is None) or errors.DUPLICATE in (reason, failed):
+                    continue  # agrees (or only saw the content first: not a contradiction)
+                effects += self.ban_for_cheating(now, self._signer_id(other), f"wrong verdict on {cid.hex()[:16]}: "
+                                                 f"{reason}, a trainer's check says {failed or 'ok'}")
+            if failed is not None:
+                effects += self.ban_for_cheating(now, seen.worker, f"failed {failed} (verdict by a trainer)")
+            return effects
+        failing = sorted({reason for passed, reason in said.values() if not passed})
+        if sum(1 for passed, _ in said.values() if not passed) >= VALIDATOR_QUORUM:
+            effects += self.ban_for_cheating(now, seen.worker, f"failed {'/'.join(failing)} "
+                                             f"(verdicts by {VALIDATOR_QUORUM}+ validators)")
+        return effects
 
     def ban_for_cheating(self, now: float, peer: str, reason: str) -> list:
         if peer == self.peer_id or not self.ledger.ban(peer, reason, now):

@@ -150,11 +150,12 @@ class TrainerRole(Role):
         result: jobs.VerifyResult = done.result
         check.result = result
         effects = self._compare_with_others(now, state, check)
+        # Published either way: a trainer's verdict settles the commitment for every peer, so a
+        # validator that said otherwise is shown wrong everywhere (PeerCore._weigh_verdicts).
+        effects += checking.publish_verdict(self.core, now, check, result)
         if not result.passed:
             state.rejected += 1
             del state.pending[commitment_id]
-            effects += checking.publish_verdict(self.core, now, check, result)
-            return effects + self._maybe_train(now, state)
         return effects + self._maybe_train(now, state)
 
     def _on_verdict(self, now: float, verdict: Verdict, key: bytes, validator: str) -> list:

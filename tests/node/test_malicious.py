@@ -1,0 +1,85 @@
+"""A real cheater among real peer processes on 127.0.0.1: `swarm-node start --malicious
+fabricated-tokens` (right answers with honestly computed logprobs and TOPLOC activations, which
+only the sampling replay catches) is banned by every honest peer, and the trainer's records show
+that none of its rollouts were trained on while an honest worker's were. Every process is stopped
+by PID in a finally."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from node import control
+from node.procs import start_peer, stop_processes
+from node.records import read_records
+
+pytestmark = pytest.mark.slow
+FAST = ["--heartbeat", "0.5", "--gone-after", "4"]
+TASK = {"task": {"name": "digit-sort-cheat", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
+                 "async_level": 2, "lifetime_hours": 1, "trainers": ["self"], "validators": [],
+                 "params": {"group_size": 8, "prompts_per_commit": 2, "prompts_per_step": 4, "warmup_steps": 10,
+                            "eval_prompts": 16, "max_new_tokens": 10, "lr": 3e-5}}}
+
+
+def wait_for(predicate, timeout: float, what: str, step: float = 0.5):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except control.ControlError:
+            pass
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what} (last: {last})")
+
+
+def test_fabricating_worker_is_banned_by_everyone_and_never_trained_on(tmp_path):
+    trainer, honest, cheater = dirs = [tmp_path / name for name in ("trainer", "honest", "cheater")]
+    procs = []
+    try:
+        proc, boot = start_peer(["--bootstrap", "--data-dir", str(trainer), "--roles", "trainer", *FAST],
+                                trainer / "node.log")
+        procs.append(proc)
+        for d, extra in ((honest, []), (cheater, ["--malicious", "fabricated-tokens"])):
+            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--roles", "worker", *FAST, *extra],
+                                 d / "node.log")
+            procs.append(proc)
+        ids = {d: control.call(d, "status")["peer_id"] for d in dirs}
+        wait_for(lambda: len(control.call(trainer, "status")["alive"]) == 2, 30, "both workers to join")
+        control.call(trainer, "announce-task", {"task": TASK})
+
+        def settled():
+            banned = [ids[cheater] in control.call(d, "status")["banned"] for d in (trainer, honest)]
+            trained = list(read_records(trainer, "rollout-trained"))
+            return all(banned) and trained
+        wait_for(settled, 150, "the cheater banned by both honest peers and a version trained")
+
+        trained = list(read_records(trainer, "rollout-trained"))
+        assert {r["worker"] for r in trained} == {ids[honest]}, "only the honest worker's rollouts were trained on"
+        assert list(read_records(cheater, "rollouts-committed")), "the cheater did publish rollouts"
+        bans = {d: [r for r in read_records(d, "peer-banned") if r["peer"] == ids[cheater]] for d in (trainer, honest)}
+        assert "failed sampling" in bans[trainer][0]["reason"]  # its own re-check: the tokens were not sampled
+        assert bans[honest] and "verdict by a trainer" in bans[honest][0]["reason"]
+        for d in (trainer, honest):  # nobody honest was banned
+            assert control.call(d, "status")["banned"] == [ids[cheater]]
+        snap = control.call(trainer, "status")
+        assert snap["reputation"][ids[cheater]]["banned"] and snap["reputation"][ids[honest]]["score"] > 0
+    finally:
+        codes = stop_processes(procs)
+    assert codes == [0, 0, 0]
+
+
+def test_status_text_shows_reputation_lowest_first():
+    from node.status_text import render_status
+    snap = {"peer_id": "me", "roles": ["worker"], "uptime": 3, "peers": [], "tasks": [], "banned": ["bad"],
+            "messages": {"accepted": 5, "rejected": {"cheated": 1}},
+            "reputation": {"good": {"accepted": 40, "rejected": {}, "score": 4.0, "banned": False, "ban_reason": ""},
+                           "bad": {"accepted": 2, "rejected": {"cheated": 1}, "score": -100.0, "banned": True,
+                                   "ban_reason": "failed sampling (verdict by a trainer)"}}}
+    text = render_status(snap).splitlines()
+    at = text.index("reputation (this node's own ledger, lowest score first):")
+    assert text[at + 1].startswith("  bad  score -100.0  accepted 2  rejected: cheated 1  BANNED: failed sampling")
+    assert text[at + 2] == "  good  score +4.0  accepted 40"
