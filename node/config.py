@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-ROLES = ("relay", "worker", "trainer", "validator")
+ROLES = ("relay", "worker", "trainer", "validator", "mirror", "leech")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,11 @@ from typing import Any
 import trio
 
 from node.p2p import DialError, MessageTooLarge, RequestError
+from swarm import protocols
+from swarm.exchange import SHARD_OK, decode_response, encode_error
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, KeepShards, LocalCommand,
                       MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
-                      Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardsPresent, StoreBlob,
+                      Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent, StoreBlob,
                       StoreShard, Subscribe, Tick, Unsubscribe)
 
 PUBLISH_QUEUE = 1024
@@ -90,6 +92,8 @@ class CoreDriver:
         finally:
             self._replies.pop(rid, None)
         respond: Respond = slot.value
+        if protocol == protocols.SHARD and respond.error is not None:
+            return encode_error(respond.error)  # in band: "busy" and "not-found" must reach the asker
         if respond.error is not None:
             raise RequestError(respond.error)  # the adapter resets the stream; the asker sees a failure
         return respond.data
@@ -148,10 +152,12 @@ class CoreDriver:
             slot = self._replies.get(effect.request_id)
             if slot is not None:
                 data = self.shards.get(effect.digest) if self.shards is not None else None
-                slot.value = Respond(effect.request_id, data) if data is not None else Respond(
+                slot.value = Respond(effect.request_id, SHARD_OK + data) if data is not None else Respond(
                     effect.request_id, error="not-found")
                 self.counters["shards-served" if data is not None else "shards-missing"] += 1
                 slot.event.set()
+            # The adapter writes the answer once handle_request returns: the slot is freed then.
+            self.nursery.start_soon(self._feed_later, ShardSent(effect.request_id))
         elif isinstance(effect, StoreShard):
             if self.shards is None or not self.shards.put(effect.digest, effect.data):
                 self.counters["shard-not-stored"] += 1
@@ -175,6 +181,11 @@ class CoreDriver:
     async def _request(self, req: SendRequest) -> None:
         try:
             data = await self.host.request(req.peer, req.protocol, req.data, timeout=req.timeout)
+            if req.protocol == protocols.SHARD:
+                data, error = decode_response(data)
+                if error is not None:
+                    self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, error=error))
+                    return
             self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, data))
         except RequestError as exc:
             self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, error=str(exc)))

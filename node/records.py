@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 RECORDED = frozenset({"version-published", "rollout-trained", "rollout-dropped", "version-installed",
-                      "rollouts-committed", "peer-banned", "job-failed", "task-learned"})
+                      "rollouts-committed", "peer-banned", "job-failed", "task-learned", "shards-complete",
+                      "shard-rejected", "version-mirrored"})
 FILE = "records.jsonl"
 
 

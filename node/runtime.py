@@ -107,11 +107,27 @@ def _control_handler(cfg: NodeConfig, driver: CoreDriver, host, stop: trio.Event
             return _result(await driver.command("announce-task", {"task": task}))
         if cmd == "probe":
             return _result(await driver.command("probe", {"size": int(args.get("size", 1024))}))
+        if cmd == "publish-version":  # a version whose shards are already in <data-dir>/shards (bench/weights.py)
+            try:
+                manifest = _manifest_from_json(args.get("manifest") or {})
+            except (KeyError, TypeError, ValueError) as exc:
+                raise control.ControlError(f"publish-version: bad manifest ({exc})") from None
+            return _result(await driver.command("publish-version", {"manifest": manifest}))
         if cmd == "stop":
             stop.set()
             return {"stopping": True}
         raise control.ControlError(f"unknown command {cmd!r} (status, announce-task, probe, stop)")
     return handle
+
+
+def _manifest_from_json(m: dict) -> dict:
+    """WeightManifest fields from JSON (hashes as hex)."""
+    out = dict(m)
+    for key in ("root", "parent_root"):
+        out[key] = bytes.fromhex(out.get(key) or "")
+    out["shard_hashes"] = tuple(bytes.fromhex(h) for h in out["shard_hashes"])
+    out["tensors"] = tuple((t[0], t[1], tuple(t[2]), bytes.fromhex(t[3])) for t in out.get("tensors", ()))
+    return out
 
 
 def _result(result):

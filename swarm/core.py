@@ -19,17 +19,18 @@ from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity, peer_id_from_public_key
 from gossip.messages import (Message, Probe, RolloutCommitment, ShardHave, StatusHeartbeat, TaskAnnouncement,
-                             Verdict, WeightManifest)
+                             TensorEntry, Verdict, WeightManifest)
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols
 from swarm.commitments import CommitmentBook
 from swarm.io import (Ban, CommandResult, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      ResponseReceived, RunJob, SendRequest, ShardsPresent, Started, Subscribe, Tick)
+                      ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent, Started, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
 from swarm.ratelimit import TokenBuckets
 from swarm.roles.base import Role
+from swarm.roles.mirror import LeechRole, MirrorRole
 from swarm.roles.shards import ShardsRole
 from swarm.roles.trainer import TrainerRole
 from swarm.roles.validator import ValidatorRole
@@ -91,7 +92,8 @@ class PeerCore:
         self._jobs: dict[int, tuple[Role, object]] = {}
         self.commitments: dict[str, CommitmentBook] = {}
         self._opinions: OrderedDict[bytes, dict[bytes, tuple[bool, str]]] = OrderedDict()  # commitment -> verdicts
-        role_classes = {"worker": WorkerRole, "trainer": TrainerRole, "validator": ValidatorRole}
+        role_classes = {"worker": WorkerRole, "trainer": TrainerRole, "validator": ValidatorRole,
+                        "mirror": MirrorRole, "leech": LeechRole}
         self.roles: list[Role] = [role_classes[r](self) for r in self.config.roles if r in role_classes]
         self.shards = ShardsRole(self, Rng(stable_seed("shards", seed)))  # every peer serves what it holds
         self._heartbeat_seq = -1
@@ -123,6 +125,8 @@ class PeerCore:
             return [Emit("peer-disconnected", {"peer": inp.peer})]
         if isinstance(inp, ShardsPresent):
             return self.shards.on_present(now, inp.root, inp.present)
+        if isinstance(inp, ShardSent):
+            return self.shards.on_sent(now, inp.request_id)
         if isinstance(inp, DialFailed):
             self.membership.on_dial_failed(now, inp.peer)
             return []
@@ -460,6 +464,8 @@ class PeerCore:
                 return self._announce_task(now, cmd)
             if cmd.name == "probe":
                 return self._probe(now, cmd)
+            if cmd.name == "publish-version":
+                return self._publish_version(now, cmd)
             if cmd.name == "ban":
                 peer = str(cmd.args["peer"])
                 self.ledger.ban(peer, "banned by operator", now)
@@ -481,6 +487,22 @@ class PeerCore:
         self.stats.on_published(topics.TASKS, len(signed.wire))
         return effects + [Publish(topics.TASKS, signed.wire),
                           CommandResult(cmd.command_id, True, {"task_id": task.task_id})]
+
+    def _publish_version(self, now: float, cmd: LocalCommand) -> list:
+        """Sign and gossip a version whose shards are already in our store (a trainer key of the task
+        only): what the trainer role does after each step, for versions packed elsewhere (benchmarks)."""
+        fields = dict(cmd.args["manifest"])
+        task_id = str(fields["task_id"])
+        known = self.tasks.tasks.get(task_id)
+        if known is None or self.identity.public_key not in known.task.trainer_keys:
+            return [CommandResult(cmd.command_id, False, error="not a trainer of that task")]
+        fields["tensors"] = tuple(t if isinstance(t, TensorEntry) else TensorEntry(*t) for t in fields.get("tensors", ()))
+        fields["shard_hashes"] = tuple(bytes(h) for h in fields["shard_hashes"])
+        manifest = WeightManifest(**{**fields, "created_at": now})
+        effects = self.shards.seed(now, manifest, self)
+        effects += self._publish(now, topics.task_topic(task_id, "weights"), manifest)
+        self.versions[task_id] = max(self.versions.get(task_id, -1), manifest.version)
+        return effects + [CommandResult(cmd.command_id, True, {"root": manifest.root.hex()})]
 
     def _probe(self, now: float, cmd: LocalCommand) -> list:
         size = int(cmd.args.get("size", 1024))

@@ -59,6 +59,26 @@ def decode_request(data: bytes) -> tuple[bytes, int]:
     return bytes(data[:ROOT]), int.from_bytes(data[ROOT:], "big")
 
 
+# On the wire (node/driver.py), a /swarm/shard/1 answer is SHARD_OK then the shard, or SHARD_ERROR then
+# a reason: in band, so "busy" and "not-found" reach the asker (a stream reset says nothing). The core
+# sees the shard as `ResponseReceived.data` and the reason as `.error`.
+SHARD_OK = b"\x00"
+SHARD_ERROR = b"\x01"
+
+
+def encode_error(why: str) -> bytes:
+    return SHARD_ERROR + why.encode()[:64]
+
+
+def decode_response(data: bytes) -> tuple[bytes, str | None]:
+    """(shard bytes, None) or (b"", the server's reason); anything else is a malformed answer."""
+    if data[:1] == SHARD_OK:
+        return data[1:], None
+    if data[:1] == SHARD_ERROR:
+        return b"", data[1:65].decode("ascii", "replace") or "error"
+    return b"", "malformed answer"
+
+
 def bitmap_of(mask: int, n: int) -> bytes:
     """Bit i of byte i // 8 (least significant first) is shard i, as `ShardHave.holds` reads it."""
     return mask.to_bytes((n + 7) // 8, "little")
@@ -76,6 +96,15 @@ class ExchangeConfig:
     have_interval: float = 0.5  # at most one ShardHave per download per this (and one when done)
     strikes: int = 2  # withheld/failed answers from one peer before it is skipped for that version
     endgame: bool = True
+    busy_backoff: float = 1.0  # after a "busy" answer, that peer is not asked for that shard this long
+    upload_slots: int = 0  # shards we send at once (more are answered "busy"): a few fast uploads spread
+    # shards sooner than many slow ones sharing one uplink; needs a runtime that reports `ShardSent`
+    # when an answer has left (simulator/swarming.py does); 0 = unlimited
+    upload_timeout: float = 30.0  # a slot is freed after this even if the runtime never reports the upload
+    upload_queue: int = 32  # requests waiting for a slot (answered when one frees); more are "busy"
+    spread: int = 1  # an origin serves a shard only while it has served it at most this many times more than
+    # its least-served shard (super-seeding): the first copies of every shard leave the origin once each,
+    # and peers fetch the repeats from each other; -1 turns it off
 
 
 @dataclass(frozen=True)
@@ -140,6 +169,8 @@ class Download:
     holders: dict[str, int] = field(default_factory=dict)  # peer -> bitmask it announced
     in_flight: dict[int, dict[str, float]] = field(default_factory=dict)  # index -> {peer: deadline}
     abandoned: dict[tuple[int, str], float] = field(default_factory=dict)  # endgame losers still sending
+    refused: dict[tuple[int, str], float] = field(default_factory=dict)  # (shard, peer) answered busy: until
+    served: list[int] | None = None  # how often each shard was served, for a version we originated
     strikes: dict[str, int] = field(default_factory=dict)
     skip: set[str] = field(default_factory=set)  # peers not asked again for this version
     announce_at: float | None = None  # when the next ShardHave may go out (None: nothing new)
@@ -175,6 +206,8 @@ class ShardExchange:
         self.bad: set[str] = set()  # served bytes that failed a check: never asked again
         self.by_version: dict[tuple[str, int], bytes] = {}  # (task, version) -> root
         self.early: dict[bytes, dict[str, bytes]] = {}  # haves for roots we have no manifest for yet
+        self.uploads: dict[object, float] = {}  # upload token (the runtime's request id) -> slot expiry
+        self.queue: list[tuple[object, bytes, int]] = []  # requests waiting for a slot: (token, root, index)
 
     # ------------------------------------------------------------------ versions
 
@@ -191,6 +224,8 @@ class ShardExchange:
         if held:
             d.held, d.checking, d.finished = d.full, False, d.finished or now
             d.in_flight.clear()
+            if d.served is None:
+                d.served = [0] * d.n
             return [self._announce(now, d)]
         if d.complete or not d.checking:
             return []
@@ -259,12 +294,46 @@ class ShardExchange:
 
     # ------------------------------------------------------------------ serving
 
-    def serve(self, root: bytes, index: int) -> bytes | None:
-        """The hash of shard `index` of `root` if we hold it (the runtime reads and re-checks it)."""
+    def serve(self, root: bytes, index: int, now: float = 0.0, token: object = None) -> tuple[bytes | None, str]:
+        """(hash of shard `index` of `root`, "") if we serve it now (the runtime reads and re-checks
+        the bytes); (None, "not-found") if we do not hold it; (None, "busy") when we originated this
+        version and other shards have gone out fewer times, or every upload slot is taken (the asker gets
+        it from a peer, or later). With a `token`, the slot is held until `upload_done(token)`."""
         d = self.downloads.get(root)
         if d is None or not 0 <= index < d.n or not (d.held >> index) & 1:
-            return None
-        return d.want.hashes[index]
+            return None, "not-found"
+        if d.served is not None:
+            if self.config.spread >= 0 and d.served[index] > min(d.served) + self.config.spread - 1:
+                return None, "busy"
+        if token is not None and self.config.upload_slots:
+            for t in [t for t, until in self.uploads.items() if until <= now]:
+                del self.uploads[t]
+            if len(self.uploads) >= self.config.upload_slots:
+                if len(self.queue) >= self.config.upload_queue:
+                    return None, "busy"
+                self.queue.append((token, root, index))
+                if d.served is not None:
+                    d.served[index] += 1  # counted when promised, so the queue does not fill with repeats
+                return None, "queued"  # answered by `upload_done` when a slot frees
+            self.uploads[token] = now + self.config.upload_timeout
+        if d.served is not None:
+            d.served[index] += 1
+        return d.want.hashes[index], ""
+
+    def upload_done(self, token: object, now: float = 0.0) -> list[tuple[object, bytes | None]]:
+        """Free `token`'s slot; returns the queued requests that may go now: (token, shard hash or None
+        when we no longer hold it)."""
+        self.uploads.pop(token, None)
+        out = []
+        while self.queue and len(self.uploads) < self.config.upload_slots:
+            t, root, index = self.queue.pop(0)
+            d = self.downloads.get(root)
+            if d is None or not (d.held >> index) & 1:
+                out.append((t, None))
+                continue
+            self.uploads[t] = now + self.config.upload_timeout
+            out.append((t, d.want.hashes[index]))
+        return out
 
     # ------------------------------------------------------------------ answers
 
@@ -281,7 +350,9 @@ class ShardExchange:
         if not asked:
             d.in_flight.pop(index, None)
         out: list = []
-        if error is not None:
+        if error == "busy":
+            d.refused[(index, peer)] = now + self.config.busy_backoff
+        elif error is not None:
             out += self._strike(d, peer, index, error)
         elif len(data) != d.want.sizes[index]:
             out += self._bad(d, peer, errors.TRUNCATED, f"shard {index}: {len(data)} bytes, "
@@ -326,6 +397,7 @@ class ShardExchange:
         times = [d.announce_at for d in self.downloads.values() if d.announce_at is not None]
         times += [t for d in self.downloads.values() for asked in d.in_flight.values() for t in asked.values()]
         times += [t for d in self.downloads.values() for t in d.abandoned.values()]
+        times += [t for d in self.downloads.values() if not d.complete for t in d.refused.values()]
         return min(times) if times else None
 
     def on_tick(self, now: float) -> list:
@@ -335,6 +407,8 @@ class ShardExchange:
             expired = [(i, p) for i, asked in sorted(d.in_flight.items()) for p, t in sorted(asked.items()) if t <= now]
             for key in [k for k, t in d.abandoned.items() if t <= now]:
                 del d.abandoned[key]
+            for key in [k for k, t in d.refused.items() if t <= now]:
+                del d.refused[key]
             for index, peer in expired:
                 out += self.on_response(now, peer, root, index, b"", "timeout (no answer)")
             out += self._flush(now, d)
@@ -392,7 +466,8 @@ class ShardExchange:
                 asked = d.in_flight.get(i, {})
                 if endgame and len(asked) >= 2:
                     continue
-                free = [p for p in peers if (masks[p] >> i) & 1 and load[p] < cfg.per_peer and p not in asked]
+                free = [p for p in peers if (masks[p] >> i) & 1 and load[p] < cfg.per_peer and p not in asked
+                        and (i, p) not in d.refused]
                 if not free:
                     continue
                 low = min(load[p] for p in free)

@@ -97,8 +97,15 @@ class ShardsPresent:
     present: frozenset[bytes]
 
 
+@dataclass(frozen=True)
+class ShardSent:
+    """The answer to `RespondShard(request_id)` has been sent (or failed): its upload slot is free."""
+
+    request_id: int
+
+
 Input = (Started | MessageReceived | RequestReceived | ResponseReceived | PeerConnected | PeerDisconnected
-         | DialFailed | Tick | JobFinished | LocalCommand | ShardsPresent)
+         | DialFailed | Tick | JobFinished | LocalCommand | ShardsPresent | ShardSent)
 
 # ---------------------------------------------------------------- effects
 
@@ -191,7 +198,7 @@ class StoreShard:
 @dataclass(frozen=True)
 class RespondShard:
     """Answer request `request_id` with the stored shard `digest` (re-hashed on read; missing or
-    rotten: answer the error "not-found")."""
+    rotten: the error "not-found"); a runtime that can tells the core when it is sent (`ShardSent`)."""
 
     request_id: int
     digest: bytes

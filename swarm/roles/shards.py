@@ -36,6 +36,7 @@ class ShardsRole(Role):
         self.waiting: dict[bytes, list] = {}  # root -> owners to tell when it is complete
         self.served = 0
         self.refused = 0
+        self.serves = "leech" not in core.config.roles  # a leech (bench baseline) only downloads
 
     # ---- what owners ask
 
@@ -101,12 +102,21 @@ class ShardsRole(Role):
         except Rejected as rej:
             self.refused += 1
             return [Respond(request_id, error=rej.reason)] + self.core._penalise(now, peer, rej)
-        digest = self.exchange.serve(root, index)
-        if digest is None:
+        if not self.serves:
             self.refused += 1
             return [Respond(request_id, error="not-found")]
+        digest, why = self.exchange.serve(root, index, now, token=request_id)
+        if why == "queued":
+            return []  # answered when an upload slot frees (on_sent)
+        if digest is None:
+            self.refused += 1
+            return [Respond(request_id, error=why)]
         self.served += 1
         return [RespondShard(request_id, digest)]
+
+    def on_sent(self, now: float, request_id: int) -> list:
+        return [RespondShard(t, d) if d is not None else Respond(t, error="not-found")
+                for t, d in self.exchange.upload_done(request_id, now)]
 
     def on_response(self, now, tag, response) -> list:
         root, index = tag
@@ -129,6 +139,8 @@ class ShardsRole(Role):
             elif isinstance(a, Check):
                 effects.append(CheckShards(a.root, a.digests))
             elif isinstance(a, Announce):
+                if not self.serves:
+                    continue
                 have = ShardHave(task_id=a.task_id, root=a.root, version=a.version, bitmap=a.bitmap, sent_at=now)
                 if a.task_id in self.core.tasks.tasks:
                     effects += self.core.publish(now, topics.task_topic(a.task_id, "weights"), have)

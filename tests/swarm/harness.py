@@ -14,7 +14,8 @@ from swarm.core import PeerCore
 from swarm import protocols
 from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, Emit, JobFinished, KeepShards, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      RespondShard, ResponseReceived, RunJob, SendRequest, ShardsPresent, Started, StoreBlob,
+                      RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent, Started,
+                      StoreBlob,
                       StoreShard, Subscribe, Tick, Unsubscribe)
 
 
@@ -139,6 +140,7 @@ class MemoryNet:
                     return
             self._pending.append((client, ResponseReceived(peer, proto, rid, data or b"",
                                                            None if data is not None else "not-found")))
+            self._pending.append((peer, ShardSent(effect.request_id)))
         elif isinstance(effect, RunJob):
             self.jobs_run.append((peer, effect))
             if self.jobs is not None:

@@ -1,0 +1,108 @@
+"""One weight version spreading over real peer processes on 127.0.0.1 (bench/weights.py, tests).
+
+    result = run_localhost(peers=8, size_mb=50, mode="swarm", workdir=Path("runs/weights"))
+
+A seed node (`swarm-node start`, relay role) announces a task naming itself as trainer, writes a
+version's shards (incompressible random bytes, the size of a packed version) into its shard store
+and publishes the signed manifest (control command `publish-version`). `peers` other nodes run the
+`mirror` role: they download the version through the shard exchange from everyone who has it, and
+record `shards-complete` with a wall-clock timestamp. `mode="star"` runs them as `leech`es (download
+only, serve nothing): the single-origin baseline. Every process is stopped by PID before returning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from node.control import ControlError, call
+from node.procs import start_peer, stop_processes
+from node.records import read_records
+
+SHARD = 1 << 20
+
+
+def _hash(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=32).digest()
+
+
+def _wait(what: str, cond, timeout: float, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+        except ControlError:
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout: float = 300.0,
+                  shard_size: int = SHARD, base_port: int = 0) -> dict:
+    if mode not in ("swarm", "star"):
+        raise ValueError("mode is 'swarm' or 'star'")
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    procs = []
+    try:
+        seed_dir = workdir / "seed"
+        proc, addr = start_peer(["--bootstrap", "--port", str(base_port), "--data-dir", str(seed_dir),
+                                 "--roles", "relay"], seed_dir / "node.log")
+        procs.append(proc)
+        dirs = []
+        for i in range(peers):
+            d = workdir / f"peer{i}"
+            proc, _ = start_peer(["--join", addr, "--port", "0", "--data-dir", str(d),
+                                  "--roles", "mirror" if mode == "swarm" else "leech"], d / "node.log")
+            procs.append(proc)
+            dirs.append(d)
+        table = {"task": {"name": "weights-bench", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
+                          "async_level": 2, "trainers": ["self"]}}
+        task_id = call(seed_dir, "announce-task", {"task": table})["task_id"]
+        for d in dirs:  # every peer knows the task and has at least one link
+            _wait(f"{d.name} to learn the task", lambda d=d: any(
+                t["task_id"] == task_id for t in call(d, "status")["tasks"]) and call(d, "status")["connected"], 60)
+        if mode == "swarm" and peers > 1:  # let peer exchange link the mirrors to each other too
+            _wait("mirrors to link up", lambda: all(len(call(d, "status")["connected"]) >= min(peers, 3)
+                                                    for d in dirs), 30)
+        size = int(size_mb * 1e6)
+        payload = os.urandom(size)  # incompressible, like a packed (already compressed) version
+        shards = [payload[i:i + shard_size] for i in range(0, size, shard_size)]
+        (seed_dir / "shards").mkdir(parents=True, exist_ok=True)
+        hashes = []
+        for s in shards:
+            h = _hash(s)
+            (seed_dir / "shards" / h.hex()).write_bytes(s)
+            hashes.append(h)
+        manifest = {"task_id": task_id, "version": 1, "parent_version": -1, "parent_root": "", "encoding": "full",
+                    "dtype": "bf16", "root": _hash(b"bench" + b"".join(hashes)).hex(), "shard_size": shard_size,
+                    "raw_size": size, "compressed_size": size, "shard_hashes": [h.hex() for h in hashes],
+                    "tensors": [], "created_at": 0.0}
+        t0 = time.time()
+        call(seed_dir, "publish-version", {"manifest": manifest})
+
+        def finished():
+            out = {}
+            for d in dirs:
+                done = [r for r in read_records(d, "shards-complete") if r.get("task_id") == task_id]
+                if done:
+                    out[d.name] = done[0]["ts"] - t0
+            return out if len(out) == peers else None
+        times = _wait("every peer to hold the version", finished, timeout, every=0.25)
+        for d in dirs:  # nothing unverified on disk: every stored shard hashes to its name
+            for f in (d / "shards").iterdir():
+                if not f.name.startswith("."):
+                    assert _hash(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
+        served = {d.name: call(d, "status")["host"]["driver"].get("shards-served", 0) for d in dirs}
+        return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards),
+                "reach_all_s": round(max(times.values()), 3), "per_peer_s": {k: round(v, 3) for k, v in sorted(times.items())},
+                "shards_served_by_peers": sum(served.values())}
+    finally:
+        codes = stop_processes(procs)
+        (workdir / "exit-codes.json").write_text(json.dumps(codes))

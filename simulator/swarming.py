@@ -1,0 +1,262 @@
+"""One policy version spreading over a virtual network: the real shard exchange vs a single origin.
+
+    result = run_swarming(SwarmingConfig(peers=1000, size_mb=50, mbps=50, mode="swarm"))
+    result["reach_95_s"], result["ratio_95"]   # seconds until 95% of peers hold every shard, / size/bw
+
+Every downloader runs `swarm.exchange.ShardExchange`, the same state machine a `PeerCore` runs
+(rarest first, per-peer bounds, endgame, hash checks, have bitmaps); this module only carries its
+actions: a `Fetch` is a request (one-way latency), then a bulk transfer from the server's uplink to
+the client's downlink, then the answer (one-way latency); an `Announce` reaches each linked peer
+after one-way latency (gossip to the mesh neighbours). Peers link in a random graph of `degree`
+links each; the manifest reaches each peer after its hop distance from the trainer times the latency.
+
+`mode="star"` is the baseline a single HTTP origin gives: every peer links only to the trainer and
+nobody else serves (its own timeouts are effectively off, as an HTTP client waits for a slow origin).
+
+Bandwidth model (why not simulator/flows.py): max-min fair progressive filling over every flow is
+O(resources^2) per flow event, far too slow for 1,000 peers x 48 shards. Here each transfer runs at
+min(uplink / flows out of its sender, downlink / flows into its receiver), recomputed for the flows
+of both endpoints whenever one starts or ends. Capacity a flow cannot use at one end is not handed
+to the others, so this is never faster than max-min fairness: times are upper bounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+from dataclasses import dataclass
+
+from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
+from swarm.rng import Rng, stable_seed
+
+REQUEST_BYTES = 36 + 200  # the request plus stream overhead (like simulator/sim.py's STREAM_OVERHEAD)
+
+
+@dataclass(frozen=True)
+class SwarmingConfig:
+    peers: int = 100  # downloaders (the trainer is one more)
+    size_mb: float = 50.0  # compressed version, 1e6 bytes
+    shard_mb: float = 1.0  # shard size, MiB
+    mbps: float = 50.0  # each peer's uplink and downlink, Mbit/s
+    latency_ms: float = 50.0  # one way
+    degree: int = 16  # links per peer in the swarm
+    mode: str = "swarm"  # "swarm" or "star"
+    per_peer: int = 2
+    max_in_flight: int = 8
+    have_interval: float = 0.25
+    spread: int = 1  # the origin's super-seeding (ExchangeConfig.spread)
+    upload_slots: int = 4
+    seed: int = 1
+    until: float = 36_000.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("swarm", "star"):
+            raise ValueError("mode is 'swarm' or 'star'")
+
+
+class _Flow:
+    __slots__ = ("src", "dst", "remaining", "rate", "t", "gen", "done")
+
+    def __init__(self, src, dst, size, done):
+        self.src, self.dst, self.remaining, self.rate, self.t, self.gen, self.done = src, dst, float(size), 0.0, 0.0, 0, done
+
+
+class _Net:
+    """Events plus local-fair-share transfers (module docstring)."""
+
+    def __init__(self, n: int, Bps: float) -> None:
+        self.now = 0.0
+        self.heap: list = []
+        self.seq = 0
+        self.Bps = Bps
+        self.out: list[set] = [set() for _ in range(n)]
+        self.inn: list[set] = [set() for _ in range(n)]
+
+    def at(self, when, fn, *args):
+        self.seq += 1
+        heapq.heappush(self.heap, (when, self.seq, fn, args))
+
+    def transfer(self, src, dst, size, done):
+        f = _Flow(src, dst, size, done)
+        f.t = self.now
+        self.out[src].add(f)
+        self.inn[dst].add(f)
+        self._rerate(self.out[src] | self.inn[dst])
+
+    def _rerate(self, flows):
+        now = self.now
+        for f in flows:
+            f.remaining -= f.rate * (now - f.t)
+            f.t = now
+            f.rate = min(self.Bps / len(self.out[f.src]), self.Bps / len(self.inn[f.dst]))
+            f.gen += 1
+            self.at(now + max(f.remaining, 0.0) / f.rate, self._finish, f, f.gen)
+
+    def _finish(self, f, gen):
+        if gen != f.gen:
+            return
+        self.out[f.src].discard(f)
+        self.inn[f.dst].discard(f)
+        f.gen += 1
+        self._rerate(self.out[f.src] | self.inn[f.dst])
+        f.done()
+
+    def run(self, until: float, stop) -> None:
+        heap = self.heap
+        while heap and not stop():
+            when, _, fn, args = heapq.heappop(heap)
+            if when > until:
+                break
+            self.now = when
+            fn(*args)
+
+
+def run_swarming(cfg: SwarmingConfig) -> dict:
+    rng = Rng(stable_seed("swarming", cfg.seed))
+    n = cfg.peers + 1  # peer 0 is the trainer
+    shard = int(cfg.shard_mb * (1 << 20))
+    size = int(cfg.size_mb * 1e6)
+    count = math.ceil(size / shard)
+    sizes = tuple(shard if i < count - 1 else size - shard * (count - 1) for i in range(count))
+    blobs = [bytes([i % 256]) * s for i, s in enumerate(sizes)]  # one object per shard, shared by all peers
+    digests = {id(b): hashlib.blake2b(b, digest_size=32).digest() for b in blobs}
+    hasher = lambda data: digests.get(id(data)) or hashlib.blake2b(data, digest_size=32).digest()  # noqa: E731
+    want = Want(hashlib.blake2b(b"version", digest_size=32).digest(), "0" * 16, 1,
+                tuple(digests[id(b)] for b in blobs), sizes)
+    star = cfg.mode == "star"
+    xcfg = ExchangeConfig(per_peer=cfg.per_peer, max_in_flight=cfg.max_in_flight, have_interval=cfg.have_interval,
+                          timeout=1e9 if star else 30.0, spread=-1 if star else cfg.spread,
+                          upload_slots=0 if star else cfg.upload_slots)
+    links = _graph(n, cfg.degree, rng) if not star else [set(range(1, n))] + [{0} for _ in range(1, n)]
+    hops = _hops(links)
+    lat = cfg.latency_ms / 1000.0
+    net = _Net(n, cfg.mbps * 1e6 / 8)
+    ex = [ShardExchange(Rng(stable_seed("swarming", cfg.seed, i)), xcfg, hasher) for i in range(n)]
+    stores: list[dict] = [dict() for _ in range(n)]
+    done_at: dict[int, float] = {}
+    waiting: dict[int, tuple] = {}  # upload token -> (client, root, index)
+    tick_at: dict[int, float] = {}
+    counts = {"uploads": 0, "requests": 0, "bytes": 0, "blamed": 0, "announces": 0, "served_by_trainer": 0}
+    target = math.ceil(0.95 * cfg.peers)
+
+    def carry(i, actions):
+        for a in actions:
+            if isinstance(a, Fetch):
+                counts["requests"] += 1
+                net.at(net.now + lat, arrive, i, a.peer, a.root, a.index)
+            elif isinstance(a, Store):
+                stores[i][a.digest] = a.data
+            elif isinstance(a, Check):
+                carry(i, ex[i].on_present(net.now, a.root, frozenset(d for d in a.digests if d in stores[i])))
+            elif isinstance(a, Announce):
+                if star and i != 0:
+                    continue
+                counts["announces"] += 1
+                for j in links[i]:
+                    net.at(net.now + lat, lambda j=j, a=a: carry(j, ex[j].on_have(net.now, i, a.root, a.bitmap)))
+            elif isinstance(a, Done):
+                if i != 0 and i not in done_at:
+                    done_at[i] = net.now
+            elif isinstance(a, Blame):
+                counts["blamed"] += 1
+        deadline = ex[i].next_deadline()
+        if deadline is not None and tick_at.get(i) != deadline:
+            tick_at[i] = deadline
+            net.at(deadline, tick, i, deadline)
+
+    def tick(i, at):
+        if tick_at.get(i) == at:
+            del tick_at[i]
+            carry(i, ex[i].on_tick(net.now))
+
+    def arrive(client, server, root, index):
+        counts["uploads"] += 1
+        token = counts["uploads"]
+        waiting[token] = (client, root, index)
+        digest, why = (ex[server].serve(root, index, net.now, token) if (server == 0 or not star)
+                       else (None, "not-found"))
+        if why != "queued":
+            upload(server, token, digest, why)
+
+    def upload(server, token, digest, why=""):
+        client, root, index = waiting.pop(token)
+        data = stores[server].get(digest) if digest is not None else None
+        if data is None:
+            net.at(net.now + lat, answer, client, server, root, index, b"", why or "not-found")
+            return
+        counts["bytes"] += len(data)
+        counts["served_by_trainer"] += server == 0
+
+        def sent():
+            for t, d in ex[server].upload_done(token, net.now):
+                upload(server, t, d)
+            net.at(net.now + lat, answer, client, server, root, index, data, None)
+        net.transfer(server, client, len(data) + 200, sent)
+
+    def answer(client, server, root, index, data, error):
+        carry(client, ex[client].on_response(net.now, server, root, index, data, error))
+
+    def manifest(i):
+        carry(i, ex[i].add(net.now, want))
+        carry(i, ex[i].on_holder(net.now, 0, want.task_id, want.version) if 0 in links[i] else [])
+
+    for i in range(n):
+        for j in sorted(links[i]):
+            ex[i].on_connected(0.0, j)
+    stores[0] = {digests[id(b)]: b for b in blobs}
+    carry(0, ex[0].add(0.0, want, held=True))
+    for i in range(1, n):
+        net.at(hops[i] * lat, manifest, i)
+    net.run(cfg.until, stop=lambda: len(done_at) >= cfg.peers)
+    times = sorted(done_at.values())
+    bound = size * 8 / (cfg.mbps * 1e6)
+    reach = times[target - 1] if len(times) >= target else None
+    return {"mode": cfg.mode, "peers": cfg.peers, "size_mb": cfg.size_mb, "shard_mib": cfg.shard_mb,
+            "shards": count, "mbps": cfg.mbps, "latency_ms": cfg.latency_ms,
+            "degree": cfg.degree if not star else None, "lower_bound_s": round(bound, 3),
+            "reach_95_s": None if reach is None else round(reach, 3),
+            "ratio_95": None if reach is None else round(reach / bound, 3),
+            "reach_all_s": round(times[-1], 3) if len(times) == cfg.peers else None,
+            "completed": len(times), "requests": counts["requests"],
+            "trainer_upload_x": round(counts["served_by_trainer"] / count, 2),
+            "bytes_moved_x": round(counts["bytes"] / size, 2), "announces": counts["announces"]}
+
+
+def _graph(n: int, degree: int, rng: Rng) -> list[set]:
+    """A connected random graph: a random ring (connectivity) plus random chords up to ~`degree` each."""
+    order = list(range(n))
+    rng.shuffle(order)
+    links = [set() for _ in range(n)]
+    for k in range(n):
+        a, b = order[k], order[(k + 1) % n]
+        if a != b:
+            links[a].add(b)
+            links[b].add(a)
+    for a in range(n):
+        while len(links[a]) < min(degree, n - 1):
+            b = rng.randrange(n)
+            if b != a:
+                links[a].add(b)
+                links[b].add(a)
+    return links
+
+
+def _hops(links: list[set]) -> list[int]:
+    dist = [-1] * len(links)
+    dist[0], frontier = 0, [0]
+    while frontier:
+        nxt = []
+        for a in frontier:
+            for b in links[a]:
+                if dist[b] < 0:
+                    dist[b] = dist[a] + 1
+                    nxt.append(b)
+        frontier = nxt
+    return [d if d >= 0 else 0 for d in dist]
+
+
+def compare(peers: int, size_mb: float = 50.0, mbps: float = 50.0, seed: int = 1, **kw) -> dict:
+    """Both modes in one invocation: {"swarm": ..., "star": ...}."""
+    return {mode: run_swarming(SwarmingConfig(peers=peers, size_mb=size_mb, mbps=mbps, mode=mode, seed=seed, **kw))
+            for mode in ("swarm", "star")}
