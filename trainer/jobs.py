@@ -87,9 +87,13 @@ class JobWorker:
     # ---------------------------------------------------------------- init
 
     def init(self, job: jobs.InitJob) -> jobs.VersionResult:
-        """Version 0: the built-in model created from `seed` and warmed up, or a model from disk."""
+        """Version 0: the built-in model created from `seed` and warmed up, or a model from disk.
+        A trainer restarted on its data dir gets the last version it published instead (`_resume`)."""
         task, params = job.task, job.task.params
         env = _env(task.env)
+        resumed = self._resume(task)
+        if resumed is not None:
+            return resumed
         model, tokenizer = base_model(task.model, job.seed)
         stats: dict[str, float] = {}
         if is_builtin(task.model):
@@ -112,6 +116,30 @@ class JobWorker:
         self._templates.setdefault(task.model, (model, tokenizer))
         self._remember(digest, model, tokenizer)
         return jobs.VersionResult(0, digest, size, stats, manifest)
+
+    def _resume(self, task: jobs.TaskSpec) -> jobs.VersionResult | None:
+        """The last version this trainer published for `task` (trainer.json in its state dir, the
+        weights in its blob store), published again as a full version: peers that rejoin may hold
+        none of its ancestors. The next train job continues from the saved master weights and
+        optimizer moments (`_trainer`), so a stopped run resumes where it stopped."""
+        record = trainstate.saved(self._state_path(task.task_id))
+        if record is None:
+            return None
+        version, published = int(record["version"]), bytes.fromhex(record["weights"])
+        if not self.blobs.path(published).exists():
+            self.progress({"stage": "resume", "skipped": f"weights of version {version} are gone; starting at 0"})
+            return None
+        data = self.blobs.read(published, f"weights of version {version}")
+        template, tokenizer = self._template(task.model)  # the task's model must resolve, and fit them
+        model = copy.deepcopy(template)
+        load_weights(model, data)
+        digest, size, manifest = self.versions.publish(task, state_of_blob(data))
+        if digest != published:
+            raise JobError(f"init: version {version} saved in {self._state_path(task.task_id)} does not "
+                           "republish to the same weights; delete that directory to start from version 0")
+        self.progress({"stage": "resume", "version": version})
+        self._remember(digest, model.eval(), tokenizer)  # verify jobs check rollouts of it
+        return jobs.VersionResult(version, digest, size, {"resumed": 1.0}, manifest)
 
     # ---------------------------------------------------------------- unpack
 

@@ -1,0 +1,47 @@
+"""A trainer restarted on its data dirs resumes: init answers the last version it published (not
+version 0), and the next step is bit-identical to the one the stopped trainer would have taken."""
+
+import shutil
+
+import pytest
+
+from swarm.jobs import GenerateJob, InitJob, TrainJob
+from tests.trainer_jobs.conftest import TASK
+from trainer.jobs import JobError, JobWorker
+
+WORKER = b"w" * 32  # with these prompts, as in test_jobs: batches known to hold a signal
+
+
+def test_init_resumes_from_the_last_published_version(tmp_path):
+    blobs, state = tmp_path / "blobs", tmp_path / "state"
+    first = JobWorker(blobs, state)
+    v0 = first.run("init", InitJob(TASK, seed=7))
+    rollouts = tuple(first.run("generate", GenerateJob(TASK, 0, v0.weights, p, 4, WORKER)).blob
+                     for p in ((1, 2), (3, 4), (5, 6), (7, 8)))
+    v1 = first.run("train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0))
+    v2 = first.run("train", TrainJob(TASK, 1, v1.weights, rollouts, v1.manifest["root"], v1.manifest["depth"]))
+    assert v1.stats["completions_used"] > 0 and v2.weights != v1.weights
+    shutil.copytree(state, tmp_path / "state-at-v2")
+    shutil.copytree(state, tmp_path / "state-at-v2-again")
+
+    restarted = JobWorker(blobs, tmp_path / "state-at-v2")
+    again = restarted.run("init", InitJob(TASK, seed=7))
+    assert (again.version, again.weights) == (2, v2.weights) and again.stats == {"resumed": 1.0}
+    assert again.manifest["encoding"] == "full"  # peers that rejoin need no ancestor to rebuild it
+    # the stopped trainer's next step and the restarted one's are the same step: master weights
+    # and optimizer moments come back from the state dir
+    job3 = TrainJob(TASK, 2, v2.weights, rollouts, again.manifest["root"], 0)
+    assert restarted.run("train", job3).weights == first.run("train", job3).weights
+
+    # without its state dir a trainer starts over at version 0 (the same seeded base model)
+    assert JobWorker(blobs, tmp_path / "empty").run("init", InitJob(TASK, seed=7)).weights == v0.weights
+    # a state file whose weights blob is gone starts over too, rather than fail the task
+    (blobs / v2.weights.hex()).rename(tmp_path / "moved")
+    assert JobWorker(blobs, tmp_path / "state-at-v2-again").run("init", InitJob(TASK, seed=7)).version == 0
+
+
+def test_a_corrupt_state_file_is_a_clear_error(tmp_path):
+    (tmp_path / "state" / "t-jobs").mkdir(parents=True)
+    (tmp_path / "state" / "t-jobs" / "trainer.json").write_text("{half a record")
+    with pytest.raises(JobError, match="unreadable.*delete it"):
+        JobWorker(tmp_path / "blobs", tmp_path / "state").run("init", InitJob(TASK, seed=7))
