@@ -159,9 +159,11 @@ def task_view(snap: dict) -> dict[str, dict]:
         current = int(max(known)) if known else None
         held = sorted(int(v) for v in lst(w.get("held_versions")) if num(v) is not None)
         lag = current - held[-1] if current is not None and held else None
+        downloading = [f"v{x.get('version')} {x.get('held')}/{x.get('shards')}" for x in map(d, lst(snap.get("downloads")))
+                       if x.get("task_id") == tid and not x.get("complete")]
         out[tid] = {"name": t.get("name"), "env": t.get("env"), "model": t.get("model"), "current": current,
                     "held": held, "lag": lag, "async_level": t.get("async_level"),
-                    "trainers": len(lst(t.get("trainers")))}
+                    "trainers": len(lst(t.get("trainers"))), "downloading": downloading}
     return out
 
 
@@ -170,6 +172,8 @@ def task_rows(snap: dict) -> list[tuple[str, ...]]:
     for tid, v in task_view(snap).items():
         held = v["held"]
         held_text = "-" if not held else ",".join(map(str, held[-4:])) + (" .." if len(held) > 4 else "")
+        if v["downloading"]:  # shards of a version being fetched: "v5 12/48"
+            held_text += " (fetching " + ", ".join(v["downloading"][-2:]) + ")"
         rows.append((tid[:12], str(v["name"] or "?"), str(v["env"] or "?"), fmt_num(v["current"]), held_text,
                      fmt_num(v["lag"]), fmt_num(v["async_level"]), str(v["trainers"])))
     return rows

@@ -19,6 +19,39 @@ from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, Emit, JobF
                       StoreShard, Subscribe, Tick, Unsubscribe)
 
 
+FAKE_SHARD = 256
+
+
+def fake_packed_version(version: int, blob: bytes, stats=None):
+    """A job result for a fake packed version (INIT/TRAIN): the weights blob padded to three shards,
+    a full manifest over them. Returns (ok, VersionResult, error, blobs and shards produced)."""
+    from swarm import jobs
+
+    def h(data: bytes) -> bytes:
+        return hashlib.blake2b(data, digest_size=32).digest()
+    unit = blob + b"#" * 8
+    payload = (unit * (2 * FAKE_SHARD // len(unit) + 1))[:2 * FAKE_SHARD + 40]
+    shards = [payload[i:i + FAKE_SHARD] for i in range(0, len(payload), FAKE_SHARD)]
+    manifest = {"parent_root": b"", "encoding": "full", "dtype": "bf16", "root": h(b"root" + payload),
+                "shard_size": FAKE_SHARD, "raw_size": len(payload), "compressed_size": len(payload),
+                "shard_hashes": tuple(h(s) for s in shards), "tensors": ()}
+    produced = {h(blob): blob, **{h(s): s for s in shards}}
+    return True, jobs.VersionResult(version, h(blob), len(blob), stats or {}, manifest), "", produced
+
+
+def fake_unpack(store: dict[bytes, bytes], job):
+    """What an unpack job does with a fake packed version: every shard from the store, hash-checked."""
+    from swarm import jobs
+
+    m = job.payload.manifest
+    shards = [store.get(d) for d in m.shard_hashes]
+    if any(s is None or hashlib.blake2b(s, digest_size=32).digest() != d for s, d in zip(shards, m.shard_hashes)):
+        return False, None, "shard missing or corrupt", {}
+    blob = b"".join(shards).split(b"#", 1)[0]
+    digest = hashlib.blake2b(blob, digest_size=32).digest()
+    return True, jobs.VersionResult(job.payload.version, digest, len(blob)), "", {digest: blob}
+
+
 class MemoryNet:
     def __init__(self, cores: list[PeerCore], now: float) -> None:
         self.cores = {c.peer_id: c for c in cores}
@@ -144,7 +177,10 @@ class MemoryNet:
         elif isinstance(effect, RunJob):
             self.jobs_run.append((peer, effect))
             if self.jobs is not None:
-                ok, result, error, produced = self.jobs(peer, effect)
+                if effect.kind == "unpack":  # the follower's job: done here, from this peer's own shards
+                    ok, result, error, produced = fake_unpack(self.shards[peer], effect)
+                else:
+                    ok, result, error, produced = self.jobs(peer, effect)
                 self.blobs[peer].update(produced)
                 self.shards[peer].update(produced)  # a job writes shards to the store (trainer packing)
                 self._delayed.append((self.now + self.job_seconds, len(self.jobs_run), peer,

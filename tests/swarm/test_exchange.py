@@ -207,8 +207,6 @@ def cores(n_workers):
                for i in range(n_workers)]
     net = MemoryNet([trainer, *workers], T0)
     net.jobs = test_roles.fake_jobs
-    test_roles.SHARDS_OF.clear()
-    test_roles.SHARDS_OF.update(net.shards)
     return net, trainer, workers
 
 

@@ -12,7 +12,7 @@ from swarm import jobs
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import CommandResult, LocalCommand, MessageVerdict
 from tests.samples import T0, task
-from tests.swarm.harness import MemoryNet
+from tests.swarm.harness import MemoryNet, fake_packed_version
 
 
 def h(data: bytes) -> bytes:
@@ -45,30 +45,14 @@ def _fake_jobs(peer, job):
         return True, jobs.GenerateResult(h(blob), len(blob), 10 * len(p.prompt_indices), 0.5), "", {h(blob): blob}
     if job.kind == jobs.TRAIN:
         return packed(p.version + 1, f"w{p.version + 1}".encode(), {"loss": 0.1})
-    if job.kind == jobs.UNPACK:
-        m = p.manifest
-        shards = [SHARDS_OF.get(peer, {}).get(d) for d in m.shard_hashes]
-        if any(s is None or h(s) != d for s, d in zip(shards, m.shard_hashes)):
-            return False, None, "shard missing or corrupt", {}
-        blob = b"".join(shards)[:2 + len(str(p.version))].rstrip(b"#")
-        return True, jobs.VersionResult(p.version, h(blob), len(blob)), "", {h(blob): blob}
     raise AssertionError(job.kind)
 
 
-SHARDS_OF: dict[str, dict[bytes, bytes]] = {}  # the harness's shard stores (set by swarm())
-SHARD = 256
+SHARDS_OF: dict[str, dict[bytes, bytes]] = {}  # unused now (MemoryNet unpacks from its own stores); kept for importers
 
 
 def packed(version: int, blob: bytes, stats=None):
-    """A fake packed version: the weights blob padded to three shards, a full manifest over them."""
-    payload = (blob + b"#" * 8) * (2 * SHARD // len(blob + b"#" * 8) + 1)
-    payload = payload[:2 * SHARD + 40]
-    shards = [payload[i:i + SHARD] for i in range(0, len(payload), SHARD)]
-    manifest = {"parent_root": b"", "encoding": "full", "dtype": "bf16", "root": h(b"root" + payload),
-                "shard_size": SHARD, "raw_size": len(payload), "compressed_size": len(payload),
-                "shard_hashes": tuple(h(s) for s in shards), "tensors": ()}
-    produced = {h(blob): blob, **{h(s): s for s in shards}}
-    return True, jobs.VersionResult(version, h(blob), len(blob), stats or {}, manifest), "", produced
+    return fake_packed_version(version, blob, stats)
 
 
 def swarm(n_workers=3, params=None, executor=fake_jobs):
@@ -77,8 +61,6 @@ def swarm(n_workers=3, params=None, executor=fake_jobs):
                for i in range(n_workers)]
     net = MemoryNet([trainer, *workers], T0)
     net.jobs = executor
-    SHARDS_OF.clear()
-    SHARDS_OF.update(net.shards)
     net.start()
     for w in workers:
         net.connect(trainer.peer_id, w.peer_id)
@@ -229,8 +211,6 @@ def test_validator_role_checks_and_its_verdicts_ban_cheaters():
     workers = [PeerCore(Identity(bytes([i + 2]) * 32), CoreConfig(roles=("worker",)), seed=i + 2) for i in range(3)]
     net = MemoryNet([trainer, validator, *workers], T0)
     net.jobs = fake_jobs
-    SHARDS_OF.clear()
-    SHARDS_OF.update(net.shards)
     net.start()
     for other in [validator, *workers]:
         net.connect(trainer.peer_id, other.peer_id)

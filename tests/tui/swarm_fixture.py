@@ -21,7 +21,7 @@ from swarm import jobs
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import LocalCommand
 from tests.samples import T0, task
-from tests.swarm.harness import MemoryNet
+from tests.swarm.harness import MemoryNet, fake_packed_version
 
 
 def _h(data: bytes) -> bytes:
@@ -32,7 +32,7 @@ def rising_jobs(peer, job):
     """Weights are b'w<version>'; the reward of version v is 0.1 + 0.05 v (capped at 1)."""
     p = job.payload
     if job.kind == jobs.INIT:
-        return True, jobs.VersionResult(0, _h(b"w0"), 2), "", {_h(b"w0"): b"w0"}
+        return fake_packed_version(0, b"w0")
     if job.kind == jobs.GENERATE:
         blob = f"rollouts v{p.version} {p.prompt_indices} by {peer}".encode()
         reward = min(1.0, 0.1 + 0.05 * p.version)
@@ -42,7 +42,7 @@ def rising_jobs(peer, job):
     if job.kind == jobs.TRAIN:
         blob = f"w{p.version + 1}".encode()
         stats = {"reward": min(1.0, 0.1 + 0.05 * p.version), "loss": 1.0 / (p.version + 2)}
-        return True, jobs.VersionResult(p.version + 1, _h(blob), len(blob), stats), "", {_h(blob): blob}
+        return fake_packed_version(p.version + 1, blob, stats)
     raise AssertionError(job.kind)
 
 
