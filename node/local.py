@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 from node.control import ControlError, call
+from node.fsutil import write_atomic
 from node.procs import start_peer, stop_processes
 from node.records import read_records
 from node.taskfile import EXAMPLE
@@ -42,13 +43,23 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
                                   "--roles", role] + (["--malicious", kind] if kind else []), d / "node.log")
             procs.append(proc)
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
-        table = tomllib.loads(Path(task_file or EXAMPLE).read_text())
+        # A base dir that ran before holds the task it announced: announcing it again (same table,
+        # same created_at, same trainer key) gives the same task id, and the trainer resumes from the
+        # last version it published (trainer/jobs.py) instead of starting over.
+        saved = _saved_task(base_dir)
+        if saved is not None:
+            table, created_at = saved["task"], saved["created_at"]
+            _say(f"resuming task {saved['task_id']} from {base_dir / TASK_RECORD}"
+                 f"{' (--task ignored)' if task_file else ''}; delete that file to start a new task")
+        else:
+            table, created_at = tomllib.loads(Path(task_file or EXAMPLE).read_text()), time.time()
         cheater_ids.update({i: _retry(lambda: call(dirs[i], "status"))["peer_id"] for i in cheaters})
         for i, kind in sorted(cheaters.items()):
             _say(f"peer{i} {cheater_ids[i]} is malicious: {kind}")
-            if kind == "lying-validator":
+            if kind == "lying-validator" and cheater_ids[i] not in table["task"].get("validators", []):
                 table["task"]["validators"] = list(table["task"].get("validators", [])) + [cheater_ids[i]]
-        task_id = _retry(lambda: call(dirs[0], "announce-task", {"task": table}))["task_id"]
+        task_id = _retry(lambda: call(dirs[0], "announce-task", {"task": table, "created_at": created_at}))["task_id"]
+        _save_task(base_dir, {"task": table, "created_at": created_at, "task_id": task_id})
         _say(f"announced task {task_id} ({table['task']['name']})")
         end = None if duration is None else time.monotonic() + duration
         next_report = next_probe = time.monotonic()
@@ -91,6 +102,26 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
     return 0
 
 
+TASK_RECORD = "task.json"  # in the base dir: the announced task, for resuming
+
+
+def _saved_task(base_dir: Path) -> dict | None:
+    path = base_dir / TASK_RECORD
+    try:
+        record = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise RuntimeError(f"{path} is unreadable ({exc}); delete it to start a new task") from None
+    if not isinstance(record, dict) or not {"task", "created_at", "task_id"} <= set(record):
+        raise RuntimeError(f"{path} is not a task record; delete it to start a new task")
+    return record
+
+
+def _save_task(base_dir: Path, record: dict) -> None:
+    write_atomic(base_dir / TASK_RECORD, json.dumps(record, indent=2, sort_keys=True).encode())
+
+
 def _say(text: str) -> None:
     print(f"[local] {text}", flush=True)
 
@@ -128,6 +159,8 @@ def _show_versions(trainer_dir: Path, task_id: str, shown: int) -> int:
     for record in work["history"]:
         if record["version"] > shown:
             extra = "  ".join(f"{k} {record[k]}" for k in ("reward", "loss", "heldout_greedy") if k in record)
+            if record.get("resumed"):
+                extra = "  ".join(x for x in (extra, "resumed from the data dirs") if x)
             _say(f"version {record['version']:4d}  completions {record['completions']:7d}  {extra}")
             shown = record["version"]
     return shown

@@ -100,8 +100,14 @@ def _control_handler(cfg: NodeConfig, driver: CoreDriver, host, stop: trio.Event
         if cmd == "latency":
             return driver.core.stats.latency_samples()
         if cmd == "announce-task":
+            # `created_at` (optional): the time of an earlier announcement, so that announcing the same
+            # table again gives the same signed task and task id (swarm-node local resuming a run)
+            created_at = args.get("created_at")
+            if created_at is not None and (isinstance(created_at, bool) or not isinstance(created_at, (int, float))):
+                raise control.ControlError("announce-task: created_at must be seconds since the epoch")
             try:
-                task = task_from_dict(args.get("task") or {}, driver.core.identity, driver.now())
+                task = task_from_dict(args.get("task") or {}, driver.core.identity,
+                                      driver.now() if created_at is None else float(created_at))
             except TaskFileError as exc:
                 raise control.ControlError(str(exc)) from None
             return _result(await driver.command("announce-task", {"task": task}))
