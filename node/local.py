@@ -40,7 +40,8 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
             kind = cheaters.get(i)
             role = "validator" if kind == "lying-validator" else "worker"
             proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat),
-                                  "--roles", role] + (["--malicious", kind] if kind else []), d / "node.log")
+                                  "--roles", role] + (["--malicious", kind] if kind else []), d / "node.log",
+                                 nice=WORKER_NICE)
             procs.append(proc)
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
         # A base dir that ran before holds the task it announced: announcing it again (same table,
@@ -103,6 +104,10 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
 
 
 TASK_RECORD = "task.json"  # in the base dir: the announced task, for resuming
+# On one machine the trainer's job process is the critical path (checks + GRPO step, one after the
+# other); workers only fill what its next step needs, so they run at a lower priority and use the
+# cycles it leaves (bench/learning.py measures the effect).
+WORKER_NICE = 5
 
 
 def _saved_task(base_dir: Path) -> dict | None:

@@ -22,14 +22,16 @@ def _die_with_parent() -> None:
         pass
 
 
-def start_peer(args: list[str], log_path: Path, ready_timeout: float = 60.0) -> tuple[subprocess.Popen, str]:
-    """Run `swarm-node start ARGS`; return the process and the multiaddr it printed."""
+def start_peer(args: list[str], log_path: Path, ready_timeout: float = 60.0,
+               nice: int = 0) -> tuple[subprocess.Popen, str]:
+    """Run `swarm-node start ARGS` (at `nice` scheduling priority, job process included); return the
+    process and the multiaddr it printed."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     env = {**os.environ, **CHILD_ENV}
     proc = subprocess.Popen([sys.executable, "-m", "node.cli", "start", *args], stdout=subprocess.PIPE,
                             stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=lambda: (_die_with_parent(), os.nice(nice) if nice else None))
     log.close()
     deadline = time.monotonic() + ready_timeout
     line = b""
