@@ -66,6 +66,7 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         next_report = next_probe = time.monotonic()
         probe_index = 0
         shown_version = -1
+        failures_seen: dict[tuple, int] = {}
         while end is None or time.monotonic() < end:
             for i, proc in enumerate(procs):
                 if proc.poll() is not None:
@@ -78,6 +79,7 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
             if now >= next_report:
                 _say(_progress_line(dirs, time.time() - started))
                 shown_version = _show_versions(dirs[0], task_id, shown_version)
+                _show_failures(dirs, failures_seen)
                 next_report = now + 5
             time.sleep(0.05)
     except KeyboardInterrupt:
@@ -153,6 +155,24 @@ def _progress_line(dirs: list[Path], elapsed: float) -> str:
     seen = " ".join("?" if v is None else f"{len(v['alive'])}" for v in views)
     tasks = sum(1 for v in views if v and v["tasks"])
     return f"t={elapsed:5.0f}s  peers alive per node: {seen}  (of {len(dirs) - 1})  task known by {tasks}/{len(dirs)}"
+
+
+def _show_failures(dirs: list[Path], seen: dict[tuple, int]) -> None:
+    """Print each distinct failed job once (a task naming a model nobody has, an environment that
+    raises, ...), then how often it repeated: the peers retry, the operator should see why."""
+    for i, d in enumerate(dirs):
+        counts: dict[tuple, int] = {}
+        for r in read_records(d, "job-failed"):
+            key = (i, r.get("kind"), str(r.get("error")))
+            counts[key] = counts.get(key, 0) + 1
+        for key, n in counts.items():
+            if key not in seen:
+                _say(f"peer{i} {key[1]} job failed: {key[2]}")
+            elif n >= 2 * seen[key] and n > seen[key] + 2:
+                _say(f"peer{i} {key[1]} job failed {n} times: {key[2][:100]}")
+            else:
+                continue
+            seen[key] = n
 
 
 def _show_versions(trainer_dir: Path, task_id: str, shown: int) -> int:
