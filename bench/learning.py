@@ -1,0 +1,345 @@
+"""Benchmark: does the swarm learn as well and as fast as one process? Prints JSON.
+
+Two runs from the same base policy, each for `--budget` seconds of reinforcement learning:
+
+  - swarm: `swarm-node local --peers 4` (1 trainer + 3 workers, real libp2p on 127.0.0.1, the
+    built-in digit-sort task of node/examples/digit-sort.toml, async level 2, every batch checked
+    by the trainer's verify job). The clock starts when the trainer publishes version 0 (its
+    init job: built-in model, seeded warm-up) and stops `--budget` seconds later with Ctrl-C
+    (SIGINT), as an operator would stop it.
+  - single: trainer/single.py's loop (generate, score, train in one process, same GRPO settings
+    from the task's params) starting from the swarm's version 0 weights, so both runs start from
+    the same policy; `--single-threads` torch threads (default 2: the machine's cores).
+
+Neither run evaluates while it runs. The swarm's versions are read back from the trainer's
+records (`version-published`: time, version, completions trained, weights hash) and copied from
+its blob store while the run goes on; the single run's weights are copied at the same schedule
+(with its clock stopped). Afterwards every copy is scored on the same held-out prompts
+(trainer/evaluate.py): greedy (one argmax completion per prompt) and sampled (one seeded
+temperature-1 sample per prompt). Completions sampled are counted from the workers'
+`rollouts-committed` records (all generated completions, whether trained on or not); the single
+run samples prompts_per_step x group_size per step.
+
+Targets (issue 4): base policy greedy 0.25-0.40; the swarm reaches >= 0.85 greedy; at equal
+completions sampled the swarm's greedy accuracy is at most 0.05 below the single run's
+(single's curve interpolated, every swarm point where both have data); the swarm's wall time to
+0.85 is at most 1.5x the single run's. Each is reported as met, missed, or not measurable (a run
+that never reached 0.85 in its budget). Load averages are recorded: the machine is shared.
+
+Run: `python bench/learning.py --budget 600 [--out FILE]` (about 2 x budget + 2 min).
+Progress goes to stderr, the JSON to stdout (and FILE).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from node.records import read_records  # noqa: E402
+from node.taskfile import EXAMPLE  # noqa: E402
+
+TARGETS = {"base_greedy": (0.25, 0.40), "swarm_greedy": 0.85, "gap_at_equal_completions": 0.05,
+           "time_to_085_ratio": 1.5}
+
+
+def say(text: str) -> None:
+    print(f"[learning {time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# ------------------------------------------------------------------------------------------ swarm
+
+def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Path, start_timeout: float) -> dict:
+    """Run `swarm-node local`, copy version weights on the checkpoint schedule, stop it with SIGINT."""
+    copies = base / "swarm-weights"
+    copies.mkdir(parents=True)
+    trainer = base / "swarm" / "peer0"
+    log = open(base / "swarm-local.log", "w")
+    cmd = [sys.executable, "-m", "node.cli", "local", "--peers", str(peers), "--base-dir", str(base / "swarm"),
+           "--task", str(task_file)]
+    say(f"swarm: {' '.join(cmd[1:])}")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **ENV}, start_new_session=True)
+    launched = time.time()
+    t0, checkpoints, copied, missing = None, [], {}, []
+    last_report, stopped_at, exit_code = 0.0, None, None
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"swarm-node local exited early ({proc.returncode}); see {base / 'swarm-local.log'}")
+            versions = list(read_records(trainer, "version-published"))
+            if t0 is None:
+                if versions:
+                    t0 = versions[0]["ts"]
+                    checkpoints = [t0 + budget * k / points for k in range(points + 1)]
+                    say(f"swarm: version 0 published {t0 - launched:.0f} s after launch; training for {budget:.0f} s")
+                elif time.time() - launched > start_timeout:
+                    raise RuntimeError(f"no version 0 within {start_timeout:.0f} s; see {base / 'swarm'}/peer*/node.log")
+            if t0 is not None:
+                for r in versions:  # the first version at or after each checkpoint time (and the newest)
+                    due = [c for c in checkpoints if c <= r["ts"]]
+                    if due and r["version"] not in copied and (len(copied) < len(due)):
+                        _copy_version(trainer, r, copies, copied, missing)
+                now = time.time()
+                if now - last_report >= 15 and versions:
+                    v = versions[-1]
+                    say(f"swarm: t={now - t0:5.0f}s version {v['version']:4d} reward {v.get('reward', 0):.3f} "
+                        f"completions trained {v.get('completions', 0)} load {load()}")
+                    last_report = now
+                if now >= t0 + budget:
+                    break
+            time.sleep(1.0)
+        stopped_at = time.time()
+        versions = list(read_records(trainer, "version-published"))
+        if versions and versions[-1]["version"] not in copied:
+            _copy_version(trainer, versions[-1], copies, copied, missing)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)  # what Ctrl-C does: local stops every peer by PID
+            try:
+                exit_code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                exit_code = proc.wait()
+        log.close()
+    stop_s = round(time.time() - stopped_at, 1)
+    say(f"swarm: stopped with SIGINT in {stop_s} s (exit {exit_code})")
+    return _swarm_facts(base, peers, t0, versions, copied, missing, exit_code, stop_s)
+
+
+def _copy_version(trainer: Path, record: dict, copies: Path, copied: dict, missing: list) -> None:
+    digest = record.get("weights")
+    src = trainer / "blobs" / str(digest)
+    if not digest or not src.exists():
+        missing.append(record["version"])
+        copied[record["version"]] = None
+        return
+    dst = copies / f"v{record['version']:05d}.safetensors"
+    shutil.copyfile(src, dst)
+    copied[record["version"]] = dst
+
+
+def _swarm_facts(base: Path, peers: int, t0: float, versions: list[dict], copied: dict, missing: list,
+                 exit_code, stop_s: float) -> dict:
+    table = tomllib.loads(EXAMPLE.read_text())["task"]
+    params = table.get("params", {})
+    per_commit = int(params.get("prompts_per_commit", 4)) * int(params.get("group_size", 16))
+    commits = sorted(r["ts"] for i in range(1, peers) for r in read_records(base / "swarm" / f"peer{i}",
+                                                                              "rollouts-committed"))
+    trainer = base / "swarm" / "peer0"
+    dropped: dict[str, int] = {}
+    for r in read_records(trainer, "rollout-dropped"):
+        dropped[r.get("reason", "?")] = dropped.get(r.get("reason", "?"), 0) + 1
+    failed: dict[str, int] = {}
+    for i in range(peers):
+        for r in read_records(base / "swarm" / f"peer{i}", "job-failed"):
+            key = f"{r.get('kind')}: {str(r.get('error'))[:80]}"
+            failed[key] = failed.get(key, 0) + 1
+    by_version = {r["version"]: r for r in versions}
+    points = []
+    for version, path in sorted(copied.items()):
+        r = by_version[version]
+        points.append({"version": version, "wall_s": round(r["ts"] - t0, 1), "weights": path,
+                       "completions_trained": int(r.get("completions", 0)),
+                       "completions_sampled": per_commit * sum(1 for ts in commits if ts <= r["ts"]),
+                       "reward": r.get("reward")})
+    steps = [r for r in versions if r["version"] > 0]
+    mean = (lambda key: round(sum(float(r.get(key, 0)) for r in steps) / len(steps), 3) if steps else None)
+    end = t0 + (points[-1]["wall_s"] if points else 0)
+    return {
+        "points": points, "versions_published": len(versions), "missing_weights": missing,
+        "commitments": len(commits), "completions_sampled": per_commit * len(commits),
+        "completions_trained": int(versions[-1].get("completions", 0)) if versions else 0,
+        "rollouts_trained": sum(1 for _ in read_records(trainer, "rollout-trained")),
+        "rollouts_dropped": dropped, "jobs_failed": failed,
+        "trainer_train_s_mean": mean("train_s"), "completions_used_mean": mean("completions_used"),
+        "seconds_per_version": round((end - t0) / max(1, len(steps)), 2) if steps else None,
+        "exit_code": exit_code, "sigint_stop_s": stop_s,
+    }
+
+
+# ------------------------------------------------------------------------------------------ single
+
+def run_single_baseline(base_weights: bytes, budget: float, points: int, threads: int) -> dict:
+    import torch
+
+    from trainer.envs import get_env
+    from trainer.policy import base_model, load_weights, weights_bytes
+    from trainer.single import SingleConfig, run_single
+    from trainer.taskconfig import grpo_config
+
+    table = tomllib.loads(EXAMPLE.read_text())["task"]
+    torch.set_num_threads(threads)
+    model, tokenizer = base_model(table["model"], 0)
+    load_weights(model, base_weights)
+    g = grpo_config(table.get("params", {}))
+    schedule = [budget * k / points for k in range(points + 1)]
+    kept: list[dict] = []
+    last_report = [time.monotonic()]
+
+    def checkpoint(record: dict, m) -> None:
+        due = sum(1 for c in schedule if c <= record["elapsed_s"])
+        if len(kept) < due or record["elapsed_s"] >= budget:
+            kept.append({"step": record["step"], "wall_s": record["elapsed_s"], "weights": weights_bytes(m),
+                         "completions_sampled": record["step"] * g.prompts_per_step * g.samples_per_prompt,
+                         "reward": record.get("reward")})
+        if time.monotonic() - last_report[0] >= 15:
+            say(f"single: t={record['elapsed_s']:5.0f}s step {record['step']:4d} reward {record.get('reward', 0):.3f} "
+                f"gen {record.get('gen_s', 0):.2f}s train {record.get('train_s', 0):.2f}s load {load()}")
+            last_report[0] = time.monotonic()
+
+    say(f"single: {budget:.0f} s, {threads} torch threads")
+    history = run_single(model, tokenizer, get_env(table["env"]),
+                         SingleConfig(grpo=g, seconds=budget, eval_every=0, task_id="bench-single"),
+                         checkpoint=checkpoint)
+    steps = history[1:]
+    used = [r for r in steps if r.get("used")]
+    return {"points": kept, "steps": len(steps), "threads": threads,
+            "completions_sampled": len(steps) * g.prompts_per_step * g.samples_per_prompt,
+            "gen_s_mean": round(sum(r["gen_s"] for r in steps) / max(1, len(steps)), 3),
+            "train_s_mean": round(sum(r["train_s"] for r in steps) / max(1, len(steps)), 3),
+            "completions_used_mean": round(sum(r["used"] for r in used) / max(1, len(steps)), 1),
+            "seconds_per_step": round(steps[-1]["elapsed_s"] / len(steps), 2) if steps else None}
+
+
+# ------------------------------------------------------------------------------------------ scoring
+
+def evaluate_points(name: str, points: list[dict], n_heldout: int, threads: int) -> None:
+    import torch
+
+    from trainer.evaluate import evaluate_weights
+
+    table = tomllib.loads(EXAMPLE.read_text())["task"]
+    max_new = int(table.get("params", {}).get("max_new_tokens", 10))
+    torch.set_num_threads(threads)
+    for p in points:
+        w = p.pop("weights")
+        if w is None:
+            p["greedy"] = p["sampled"] = None
+            continue
+        acc = evaluate_weights(w if isinstance(w, bytes) else Path(w), table["model"], table["env"], n_heldout,
+                               max_new, seed_tag="bench-eval")
+        p["greedy"], p["sampled"] = round(acc["greedy"], 4), round(acc["sampled"], 4)
+        say(f"eval {name}: wall {p['wall_s']:6.1f}s completions {p['completions_sampled']:6d} "
+            f"greedy {p['greedy']:.3f} sampled {p['sampled']:.3f}")
+
+
+def first_reaching(points: list[dict], level: float) -> dict | None:
+    return next((p for p in points if p.get("greedy") is not None and p["greedy"] >= level), None)
+
+
+def interpolate(points: list[dict], x: float, key: str = "completions_sampled") -> float | None:
+    pts = [(p[key], p["greedy"]) for p in points if p.get("greedy") is not None]
+    if not pts or x < pts[0][0] or x > pts[-1][0]:
+        return None
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return pts[-1][1]
+
+
+def verdicts(swarm: dict, single: dict) -> dict:
+    sw, si = swarm["points"], single["points"]
+    base = sw[0]["greedy"] if sw and sw[0]["version"] == 0 else None
+    lo, hi = TARGETS["base_greedy"]
+    best = max((p["greedy"] for p in sw if p.get("greedy") is not None), default=None)
+    gaps = []
+    for p in sw:
+        ref = interpolate(si, p["completions_sampled"]) if p.get("greedy") is not None else None
+        if ref is not None:
+            gaps.append({"completions_sampled": p["completions_sampled"], "swarm": p["greedy"],
+                         "single": round(ref, 4), "gap": round(p["greedy"] - ref, 4)})
+    worst = min((g["gap"] for g in gaps), default=None)
+    t_sw, t_si = first_reaching(sw, TARGETS["swarm_greedy"]), first_reaching(si, TARGETS["swarm_greedy"])
+    ratio = round(t_sw["wall_s"] / t_si["wall_s"], 3) if t_sw and t_si and t_si["wall_s"] > 0 else None
+
+    def met(ok, measurable=True):
+        return "met" if measurable and ok else "missed" if measurable else "not measurable"
+
+    return {
+        "base_greedy": {"value": base, "target": [lo, hi], "result": met(base is not None and lo <= base <= hi)},
+        "swarm_best_greedy": {"value": best, "target": TARGETS["swarm_greedy"],
+                              "result": met(best is not None and best >= TARGETS["swarm_greedy"])},
+        "gap_at_equal_completions": {
+            "worst": worst, "mean": round(sum(g["gap"] for g in gaps) / len(gaps), 4) if gaps else None,
+            "target": f">= -{TARGETS['gap_at_equal_completions']} at every swarm point within single's range",
+            "result": met(worst is not None and worst >= -TARGETS["gap_at_equal_completions"], bool(gaps)),
+            "points": gaps},
+        "time_to_085": {"swarm_s": t_sw["wall_s"] if t_sw else None, "single_s": t_si["wall_s"] if t_si else None,
+                        "ratio_swarm_over_single": ratio, "target": TARGETS["time_to_085_ratio"],
+                        "result": (met(ratio <= TARGETS["time_to_085_ratio"]) if ratio is not None else
+                                   "missed (swarm never reached 0.85)" if t_si else
+                                   "not measurable (single never reached 0.85)" if t_sw else
+                                   "not measurable (neither reached 0.85)")},
+        "single_best_greedy": max((p["greedy"] for p in si if p.get("greedy") is not None), default=None),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds of RL per run (default 600)")
+    ap.add_argument("--peers", type=int, default=4, help="swarm peers: 1 trainer + N-1 workers (default 4)")
+    ap.add_argument("--points", type=int, default=20, help="evaluated checkpoints per run (default 20)")
+    ap.add_argument("--eval-prompts", type=int, default=256, help="held-out prompts per evaluation")
+    ap.add_argument("--single-threads", type=int, default=2, help="torch threads of the single run")
+    ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for version 0")
+    ap.add_argument("--base-dir", type=Path, help="where runs go (default runs/bench-learning/<time>)")
+    ap.add_argument("--out", type=Path, help="also write the JSON here")
+    args = ap.parse_args(argv)
+    base = args.base_dir or ROOT / "runs" / "bench-learning" / time.strftime("%Y%m%d-%H%M%S")
+    if base.exists():
+        raise SystemExit(f"{base} exists; pass a new --base-dir")
+    base.mkdir(parents=True)
+    started = time.time()
+    out = {"bench": "learning", "budget_s": args.budget, "peers": args.peers, "eval_prompts": args.eval_prompts,
+           "task": str(EXAMPLE.relative_to(ROOT)), "cpus": os.cpu_count(), "load_start": load(),
+           "base_dir": str(base)}
+    swarm = run_swarm(base, args.peers, args.budget, args.points, EXAMPLE, args.start_timeout)
+    out["load_after_swarm"] = load()
+    if not swarm["points"] or swarm["points"][0]["version"] != 0 or swarm["points"][0]["weights"] is None:
+        raise SystemExit(f"the swarm's version 0 weights were not found; see {base}")
+    base_weights = Path(swarm["points"][0]["weights"]).read_bytes()
+    single = run_single_baseline(base_weights, args.budget, args.points, args.single_threads)
+    out["load_after_single"] = load()
+    say("scoring every checkpoint on held-out prompts")
+    evaluate_points("swarm", swarm["points"], args.eval_prompts, args.single_threads)
+    evaluate_points("single", single["points"], args.eval_prompts, args.single_threads)
+    out["load_end"] = load()
+    out["swarm"], out["single"] = swarm, single
+    out["targets"] = verdicts(swarm, single)
+    sp_sw, sp_si = swarm.get("seconds_per_version"), single.get("seconds_per_step")
+    out["ratios"] = {
+        "seconds_per_step_swarm_over_single": round(sp_sw / sp_si, 3) if sp_sw and sp_si else None,
+        "completions_sampled_swarm_over_single": round(swarm["completions_sampled"] / single["completions_sampled"], 3)
+        if single["completions_sampled"] else None,
+        "best_greedy_swarm_minus_single": round(out["targets"]["swarm_best_greedy"]["value"]
+                                                - out["targets"]["single_best_greedy"], 4)
+        if out["targets"]["swarm_best_greedy"]["value"] is not None and out["targets"]["single_best_greedy"] is not None
+        else None,
+    }
+    out["elapsed_s"] = round(time.time() - started, 1)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
