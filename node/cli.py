@@ -65,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parent of the peers' data dirs (default runs/local; reused to resume)")
     p.add_argument("--task", type=Path, default=None, help="task TOML to announce (default: built-in example)")
     p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between status heartbeats")
+    p.add_argument("--tui", action="store_true", help="watch the peers in the terminal UI (q stops the swarm)")
     p.add_argument("--malicious", action="append", default=[], metavar="K:KIND",
                    help="make K of the workers cheat as KIND (repeatable; e.g. 1:other-model, 1:lying-validator "
                         "runs a validator that the task trusts); the summary says who banned them")
@@ -232,7 +233,7 @@ def cmd_local(args) -> int:
     except ValueError as exc:
         return _fail(str(exc), 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
-                     task_file=args.task, heartbeat=args.heartbeat, malicious=malicious)
+                     task_file=args.task, heartbeat=args.heartbeat, malicious=malicious, tui=args.tui)
 
 
 def parse_malicious(specs: list[str], peers: int) -> list[str]:

@@ -2,12 +2,15 @@
 
 It announces the task, shows progress, and at the end asks every peer for its view (who it saw,
 what it delivered, how fast) and writes that as a JSON summary. Ctrl-C stops every peer by PID.
+With `--tui` the terminal UI watches every peer (n/p switches) while the supervision runs on a
+thread and logs to `<base-dir>/local.log`; quitting the UI stops the swarm.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -21,7 +24,8 @@ from swarm.stats import percentile
 
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
-              heartbeat: float = 1.0, probe_interval: float = 0.5, malicious: list[str] | None = None) -> int:
+              heartbeat: float = 1.0, probe_interval: float = 0.5, malicious: list[str] | None = None,
+              tui: bool = False) -> int:
     base_dir = Path(base_dir)
     dirs = [base_dir / f"peer{i}" for i in range(peers)]
     # The last len(malicious) peers cheat, one kind each (--malicious K:KIND); a lying validator
@@ -63,25 +67,10 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         _save_task(base_dir, {"task": table, "created_at": created_at, "task_id": task_id})
         _say(f"announced task {task_id} ({table['task']['name']})")
         end = None if duration is None else time.monotonic() + duration
-        next_report = next_probe = time.monotonic()
-        probe_index = 0
-        shown_version = -1
-        failures_seen: dict[tuple, int] = {}
-        while end is None or time.monotonic() < end:
-            for i, proc in enumerate(procs):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"peer{i} exited with code {proc.returncode}; see {dirs[i] / 'node.log'}")
-            now = time.monotonic()
-            if now >= next_probe:  # 1 KB probes, round robin: the gossip latency the summary reports
-                _quiet_call(dirs[probe_index % peers], "probe", {"size": 1024})
-                probe_index += 1
-                next_probe = now + probe_interval
-            if now >= next_report:
-                _say(_progress_line(dirs, time.time() - started))
-                shown_version = _show_versions(dirs[0], task_id, shown_version)
-                _show_failures(dirs, failures_seen)
-                next_report = now + 5
-            time.sleep(0.05)
+        if tui:
+            _supervise_under_tui(procs, dirs, task_id, started, end, probe_interval, base_dir)
+        else:
+            _supervise(procs, dirs, task_id, started, end, probe_interval, threading.Event())
     except KeyboardInterrupt:
         _say("stopping (Ctrl-C)")
     except RuntimeError as exc:
@@ -103,6 +92,61 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         _say(f"summary written to {summary}")
     _say(f"stopped {len(procs)} peers (exit codes {codes})")
     return 0
+
+
+def _supervise(procs, dirs: list[Path], task_id: str, started: float, end: float | None, probe_interval: float,
+               stop: threading.Event) -> None:
+    """Until `end` or `stop`: fail if a peer exits, send 1 KB probes, report progress every 5 s."""
+    peers = len(dirs)
+    next_report = next_probe = time.monotonic()
+    probe_index = 0
+    shown_version = -1
+    failures_seen: dict[tuple, int] = {}
+    while (end is None or time.monotonic() < end) and not stop.is_set():
+        for i, proc in enumerate(procs):
+            if proc.poll() is not None:
+                raise RuntimeError(f"peer{i} exited with code {proc.returncode}; see {dirs[i] / 'node.log'}")
+        now = time.monotonic()
+        if now >= next_probe:  # 1 KB probes, round robin: the gossip latency the summary reports
+            _quiet_call(dirs[probe_index % peers], "probe", {"size": 1024})
+            probe_index += 1
+            next_probe = now + probe_interval
+        if now >= next_report:
+            _say(_progress_line(dirs, time.time() - started))
+            shown_version = _show_versions(dirs[0], task_id, shown_version)
+            _show_failures(dirs, failures_seen)
+            next_report = now + 5
+        time.sleep(0.05)
+
+
+def _supervise_under_tui(procs, dirs: list[Path], task_id: str, started: float, end: float | None,
+                         probe_interval: float, base_dir: Path) -> None:
+    """The UI owns the terminal (and the main thread, for its signals); supervision logs to a file."""
+    global _LOG
+    from node.tui import run_tui  # textual is imported only here
+
+    stop, failure = threading.Event(), []
+    log_path = base_dir / "local.log"
+    _say(f"opening the TUI (q stops the swarm); progress goes to {log_path}")
+
+    def supervise() -> None:
+        try:
+            _supervise(procs, dirs, task_id, started, end, probe_interval, stop)
+        except RuntimeError as exc:  # a dead peer shows as disconnected in the UI meanwhile
+            failure.append(exc)
+
+    with open(log_path, "a", encoding="utf-8") as log:
+        _LOG = log
+        thread = threading.Thread(target=supervise, name="local-supervisor", daemon=True)
+        thread.start()
+        try:
+            run_tui(dirs)
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+            _LOG = None
+    if failure:
+        raise failure[0]
 
 
 TASK_RECORD = "task.json"  # in the base dir: the announced task, for resuming
@@ -129,8 +173,11 @@ def _save_task(base_dir: Path, record: dict) -> None:
     write_atomic(base_dir / TASK_RECORD, json.dumps(record, indent=2, sort_keys=True).encode())
 
 
+_LOG = None  # where progress goes while the TUI owns the terminal
+
+
 def _say(text: str) -> None:
-    print(f"[local] {text}", flush=True)
+    print(f"[local] {text}", file=_LOG or sys.stdout, flush=True)
 
 
 def _retry(fn, attempts: int = 50, delay: float = 0.2):
