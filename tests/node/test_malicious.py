@@ -7,6 +7,7 @@ by PID in a finally."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,19 @@ def test_status_text_shows_reputation_lowest_first():
     at = text.index("reputation (this node's own ledger, lowest score first):")
     assert text[at + 1].startswith("  bad  score -100.0  accepted 2  rejected: cheated 1  BANNED: failed sampling")
     assert text[at + 2] == "  good  score +4.0  accepted 40"
+
+
+def test_malicious_flags_are_checked():
+    from node.cli import parse_malicious
+    from node.config import NodeConfig
+    from node.config_file import ConfigError, check_value
+
+    assert parse_malicious(["1:other-model", "2:replay"], 5) == ["other-model", "replay", "replay"]
+    for bad, peers in ((["1:polite"], 5), (["0:replay"], 5), (["replay"], 5), (["2:replay"], 3)):
+        with pytest.raises(ValueError):
+            parse_malicious(bad, peers)
+    with pytest.raises(ValueError, match="unknown malicious kind"):
+        NodeConfig(data_dir=Path("."), malicious="polite")
+    with pytest.raises(ConfigError):
+        check_value("malicious", "polite")
+    assert check_value("malicious", "lying-validator") == "lying-validator"
