@@ -103,8 +103,11 @@ def smollm2_step() -> tuple[dict, dict, dict]:
     from trainer.model import load_smollm2
     from trainer.rollout import generate_rollouts
 
+    from trainer.policy import weights_bytes
+    from trainer.versions import state_of_blob
+
     model, tok = load_smollm2()
-    snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}  # noqa: E731
+    snapshot = lambda: state_of_blob(weights_bytes(model))  # noqa: E731  (tied embeddings once, as trainers pack)
     v0 = snapshot()
     env = ChatArithmetic()
     backend = TorchBackend(model, tok.eos_token_id, tok.pad_token_id, capture_hidden=False)

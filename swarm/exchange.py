@@ -94,7 +94,8 @@ class ExchangeConfig:
     max_in_flight: int = 8  # requests in flight for one download
     timeout: float = 20.0  # one shard request (the runtime reports it; we also enforce it)
     have_interval: float = 0.5  # at most one ShardHave per download per this (and one when done)
-    strikes: int = 2  # withheld/failed answers from one peer before it is skipped for that version
+    strikes: int = 2  # withheld/failed answers from one peer before it is skipped for that version...
+    skip_for: float = 10.0  # ...for this long (it may have been overloaded, restarted or partitioned)
     endgame: bool = True
     busy_backoff: float = 1.0  # after a "busy" answer, that peer is not asked for that shard this long
     upload_slots: int = 0  # shards we send at once (more are answered "busy"): a few fast uploads spread
@@ -172,7 +173,7 @@ class Download:
     refused: dict[tuple[int, str], float] = field(default_factory=dict)  # (shard, peer) answered busy: until
     served: list[int] | None = None  # how often each shard was served, for a version we originated
     strikes: dict[str, int] = field(default_factory=dict)
-    skip: set[str] = field(default_factory=set)  # peers not asked again for this version
+    skip: dict[str, float] = field(default_factory=dict)  # peers not asked for this version until then
     announce_at: float | None = None  # when the next ShardHave may go out (None: nothing new)
     last_announce: float = float("-inf")
     finished: float | None = None
@@ -353,7 +354,7 @@ class ShardExchange:
         if error == "busy":
             d.refused[(index, peer)] = now + self.config.busy_backoff
         elif error is not None:
-            out += self._strike(d, peer, index, error)
+            out += self._strike(now, d, peer, index, error)
         elif len(data) != d.want.sizes[index]:
             out += self._bad(d, peer, errors.TRUNCATED, f"shard {index}: {len(data)} bytes, "
                                                         f"manifest says {d.want.sizes[index]}")
@@ -377,11 +378,12 @@ class ShardExchange:
                 d.announce_at = max(now, d.last_announce + self.config.have_interval)
         return out + self._flush(now, d) + self._schedule(now, d)
 
-    def _strike(self, d: Download, peer: str, index: int, error: str) -> list:
-        d.holders[peer] = d.holders.get(peer, 0) & ~(1 << index)  # do not count on it for this shard
+    def _strike(self, now: float, d: Download, peer: str, index: int, error: str) -> list:
+        d.refused[(index, peer)] = now + self.config.skip_for  # not asked for this shard for a while
         d.strikes[peer] = d.strikes.get(peer, 0) + 1
         if d.strikes[peer] >= self.config.strikes:
-            d.skip.add(peer)
+            d.skip[peer] = now + self.config.skip_for
+            d.strikes[peer] = 0
         return [Blame(peer, errors.WITHHELD, f"shard {index}: {error[:80]}")]
 
     def _bad(self, d: Download, peer: str, reason: str, detail: str) -> list:
@@ -398,6 +400,7 @@ class ShardExchange:
         times += [t for d in self.downloads.values() for asked in d.in_flight.values() for t in asked.values()]
         times += [t for d in self.downloads.values() for t in d.abandoned.values()]
         times += [t for d in self.downloads.values() if not d.complete for t in d.refused.values()]
+        times += [t for d in self.downloads.values() if not d.complete for t in d.skip.values()]
         return min(times) if times else None
 
     def on_tick(self, now: float) -> list:
@@ -409,6 +412,8 @@ class ShardExchange:
                 del d.abandoned[key]
             for key in [k for k, t in d.refused.items() if t <= now]:
                 del d.refused[key]
+            for peer in [p for p, t in d.skip.items() if t <= now]:
+                del d.skip[peer]
             for index, peer in expired:
                 out += self.on_response(now, peer, root, index, b"", "timeout (no answer)")
             out += self._flush(now, d)
