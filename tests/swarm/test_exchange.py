@@ -283,3 +283,14 @@ def test_restart_resumes_and_old_versions_are_collected():
     for d in fresh.shards.exchange.downloads.values():
         already = [i for i, k in enumerate(d.want.hashes) if k in stored]
         assert not [r for r in asked if r[0] == d.want.root and r[1] in already], "stored shards are not fetched again"
+
+
+def test_a_download_recovers_when_a_struck_out_source_comes_back():
+    wire = Wire(["seed", "a"], seeders={"seed"}, config=ExchangeConfig(per_peer=1, timeout=2.0, skip_for=3.0))
+    wire.behaviour["seed"] = "withhold"  # overloaded or restarting: answers not-found for a while
+    for _ in range(6):
+        wire.step()
+    assert ("a", "seed", "withheld") in wire.blamed and "a" not in wire.done
+    wire.behaviour["seed"] = "honest"
+    wire.settle()
+    assert "a" in wire.done, "the skip expires and the only source is asked again"
