@@ -16,9 +16,28 @@ Network-level kinds implemented now:
   not detectable by the current core (gossipsub 1.1's mesh-delivery scoring would be needed), so
   the scenario checks that lazy gossip still reaches the victim instead.
 
-Role-level kinds (wrong model, inflated rewards, cherry-picked prompts, corrupted or withheld
-shards, lying validator) need roles that do not exist yet; they are listed in `PLANNED` and a
-scenario naming one is refused with that reason rather than run with a fake.
+Role-level kinds run the honest protocol around dishonest jobs or shard answers, like
+`swarm-node start --malicious KIND` (trainer/cheats.py); their jobs go through the cost model
+(simulator/rolejobs.py), which forges the results and marks them `honest=False` in the trace:
+
+* other-model (alias different-model): rollouts generated with other weights; a check fails `toploc`
+* inflated-reward (alias inflated-rewards): every reward claimed as 1; a check fails `reward`
+* cherry-pick (alias cherry-picked-prompts): the easiest prompts of a fixed pool instead of the
+  assigned ones; a check fails `assignment`
+  (these three need the worker role)
+* lying-validator: verify jobs answer the opposite of the honest check (bad batches pass, good ones
+  fail with a made-up reason); needs the validator role, and to hurt, a task that names its group in
+  `validators`. Caught when a trainer's own check contradicts it.
+* corrupted-shards: serves weight shards with one byte flipped (blamed `bad-shard` by each
+  downloader, which never asks it again)
+* withheld-shards: announces the shards it holds, then answers every request "not-found" (blamed
+  `withheld`; the exchange stops asking it). Neither shard kind is `detectable` (banned) by design:
+  the exchange stops asking such a peer after the first bad answer rather than piling up penalties;
+  scenarios check that versions still reach every peer. To hold shards a peer must follow the
+  weights (worker or validator role); give it the validator role (untrusted unless the task names
+  its group), since no-bad-training counts any adversary's rollouts as bad.
+
+A scenario naming a kind whose role its group lacks is refused with that reason.
 """
 
 from __future__ import annotations
@@ -36,20 +55,15 @@ from swarm.rng import Rng
 if TYPE_CHECKING:
     from simulator.sim import Node, Simulation
 
-PLANNED = {
-    "different-model": "worker role (rollouts from another model)",
-    "inflated-rewards": "worker role",
-    "cherry-picked-prompts": "worker role",
-    "corrupted-shards": "weight shard serving",
-    "withheld-shards": "weight shard serving",
-    "lying-validator": "validator role",
-}
+PLANNED: dict[str, str] = {}  # kinds named by the issues that cannot run yet, and what they wait for
 
 
 class Behaviour:
     kind = ""
     detectable = True
-    forges_jobs = False  # role-level adversaries will set this: their job results are marked forged
+    forges_jobs = False  # role-level adversaries set this: their job results are marked forged
+    cheat = ""  # how their jobs lie (simulator/rolejobs.py)
+    needs_role = ""  # the role a group of this kind must have
     PARAMS: dict[str, tuple[type, float, float, Any]] = {}  # name -> (type, min, max, default)
 
     def __init__(self, params: dict, group: "GroupController") -> None:
@@ -67,6 +81,10 @@ class Behaviour:
 
     def act(self, sim: "Simulation", node: "Node") -> None:
         pass
+
+    def serve_shard(self, sim: "Simulation", node: "Node", data: bytes) -> tuple[bytes, str | None]:
+        """The answer to a shard request this peer's core agreed to serve: (bytes, error)."""
+        return data, None
 
     def _every(self, sim: "Simulation", node: "Node", interval: float, first: float | None = None) -> None:
         sim.loop.after(interval if first is None else first, self._tick, sim, node, node.incarnation, interval)
@@ -203,8 +221,65 @@ class SybilEclipse(Behaviour):
             sim.dial(node.index, victim)
 
 
+class RolloutCheat(Behaviour):
+    """A worker whose generate jobs forge their batches (the core commits them honestly)."""
+
+    forges_jobs = True
+    needs_role = "worker"
+
+
+class OtherModel(RolloutCheat):
+    kind = cheat = "other-model"
+
+
+class DifferentModel(OtherModel):
+    kind = "different-model"
+
+
+class InflatedReward(RolloutCheat):
+    kind = cheat = "inflated-reward"
+
+
+class InflatedRewards(InflatedReward):
+    kind = "inflated-rewards"
+
+
+class CherryPick(RolloutCheat):
+    kind = cheat = "cherry-pick"
+
+
+class CherryPickedPrompts(CherryPick):
+    kind = "cherry-picked-prompts"
+
+
+class LyingValidator(Behaviour):
+    kind = cheat = "lying-validator"
+    forges_jobs = True
+    needs_role = "validator"
+
+
+class CorruptedShards(Behaviour):
+    kind = "corrupted-shards"
+    detectable = False
+
+    def serve_shard(self, sim, node, data):
+        if not sim.attacks_allowed():
+            return data, None
+        return bytes([data[0] ^ 0xFF]) + data[1:], None  # same length, wrong hash
+
+
+class WithheldShards(Behaviour):
+    kind = "withheld-shards"
+    detectable = False
+
+    def serve_shard(self, sim, node, data):
+        return (data, None) if not sim.attacks_allowed() else (b"", "not-found")
+
+
 KINDS: dict[str, type[Behaviour]] = {cls.kind: cls for cls in
-                                     (ForgedSignature, Replay, Spam, SybilFlood, Oversized, Malformed, SybilEclipse)}
+                                     (ForgedSignature, Replay, Spam, SybilFlood, Oversized, Malformed, SybilEclipse,
+                                      OtherModel, DifferentModel, InflatedReward, InflatedRewards, CherryPick,
+                                      CherryPickedPrompts, LyingValidator, CorruptedShards, WithheldShards)}
 
 
 class GroupController:

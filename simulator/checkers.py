@@ -14,8 +14,9 @@ Invariants:
 * adversaries-banned: every detectable adversary that ran is banned by at least one honest peer.
 * delivery-complete: every measured gossip message reached every live honest peer (see Delivery).
 
-The last three invariants about roles (versions, training) are vacuous until roles emit those events;
-they are unit-tested on synthetic traces.
+The role invariants (versions-forward, no-bad-training) are only as strong as the run is busy: the
+`training` metrics say how many versions were published and installed and how many rollouts were
+trained (and how many verify jobs failed, by reason), so a test can insist they are not vacuous.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class PeerTable:
         self.index: dict[str, int] = {}
         self.adversary: dict[int, str] = {}
         self.detectable: dict[int, bool] = {}
+        self.roles: dict[int, tuple[str, ...]] = {}
         self.up_since: dict[int, float] = {}  # current incarnation start, for peers up now
         self.incarnation: dict[int, int] = {}
         self.intervals: dict[int, list[list[float]]] = {}  # [start, end or inf]
@@ -67,6 +69,7 @@ class PeerTable:
             self.index[f["id"]] = peer
             self.adversary[peer] = f.get("adversary", "")
             self.detectable[peer] = bool(f.get("detectable", False))
+            self.roles[peer] = tuple(f.get("roles", ()))
         elif kind == "start":
             self.up_since[peer] = t
             self.incarnation[peer] = f.get("incarnation", 1)
@@ -78,6 +81,10 @@ class PeerTable:
 
     def honest(self, peer: int) -> bool:
         return peer in self.ids and not self.adversary.get(peer)
+
+    def follows_weights(self, peer: int) -> bool:
+        """Workers and validators install every version (trainers make them; relays hold none)."""
+        return bool({"worker", "validator"} & set(self.roles.get(peer, ())))
 
     def up_throughout(self, peer: int, a: float, b: float) -> bool:
         for start, end in self.intervals.get(peer, ()):
@@ -319,7 +326,8 @@ class Delivery(Check):
 
 
 class VersionSpread:
-    """Time for each weight version to reach 95% of the honest peers up at the moment it got there."""
+    """Time for each weight version to reach 95% of the honest peers that follow the weights (workers
+    and validators) up at the moment it got there, from its first install."""
 
     kinds = ("emit.version-installed",)
 
@@ -330,13 +338,13 @@ class VersionSpread:
         self.reached: dict[tuple[str, int], float] = {}
 
     def feed(self, t, peer, kind, f):
-        if not self.peers.honest(peer):
+        if not self.peers.honest(peer) or not self.peers.follows_weights(peer):
             return
         key = (f["task_id"], int(f["version"]))
         self.first.setdefault(key, t)
         self.holders.setdefault(key, set()).add(peer)
         if key not in self.reached:
-            live = sum(1 for p in self.peers.up_since if self.peers.honest(p))
+            live = sum(1 for p in self.peers.up_since if self.peers.honest(p) and self.peers.follows_weights(p))
             if live and len(self.holders[key]) >= 0.95 * live:
                 self.reached[key] = t - self.first[key]
 
@@ -344,6 +352,60 @@ class VersionSpread:
         times = sorted(self.reached.values())
         return {"versions": len(self.first), "reached_95": len(times),
                 "seconds_p50": percentile(times, 50), "seconds_max": times[-1] if times else None}
+
+
+class Training:
+    """How busy the roles were: versions published, installs, rollouts trained, verify outcomes."""
+
+    kinds = ("emit.version-published", "emit.version-installed", "emit.rollout-trained", "emit.verdict",
+             "emit.rollout-dropped", "emit.shard-rejected", "job-done")
+
+    def __init__(self, peers: PeerTable) -> None:
+        self.peers = peers
+        self.newest = -1
+        self.published = 0
+        self.installs = 0
+        self.trained = 0
+        self.trained_forged = 0  # trained rollouts whose worker is an adversary (no-bad-training says why)
+        self.verdicts: dict[str, int] = {}  # reason -> count
+        self.dropped: dict[str, int] = {}
+        self.shard_blame: dict[str, int] = {}
+        self.jobs: dict[str, int] = {}  # kind -> finished ok
+        self.jobs_failed: dict[str, int] = {}
+        self.forged_jobs = 0
+
+    def feed(self, t, peer, kind, f):
+        if kind == "emit.version-published":
+            self.published += 1
+            self.newest = max(self.newest, int(f.get("version", -1)))
+        elif kind == "emit.version-installed":
+            self.installs += 1
+        elif kind == "emit.rollout-trained":
+            self.trained += 1
+            worker = self.peers.index.get(f.get("worker"))
+            if worker is not None and self.peers.adversary.get(worker):
+                self.trained_forged += 1
+        elif kind == "emit.verdict":
+            reason = "ok" if f.get("passed") else str(f.get("reason"))
+            self.verdicts[reason] = self.verdicts.get(reason, 0) + 1
+        elif kind == "emit.rollout-dropped":
+            reason = str(f.get("reason"))[:40]
+            self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        elif kind == "emit.shard-rejected":
+            reason = str(f.get("reason"))
+            self.shard_blame[reason] = self.shard_blame.get(reason, 0) + 1
+        else:
+            table = self.jobs if f.get("ok") else self.jobs_failed
+            table[f.get("kind")] = table.get(f.get("kind"), 0) + 1
+            if f.get("honest") is False:
+                self.forged_jobs += 1
+
+    def metrics(self) -> dict:
+        return {"newest_version": self.newest, "versions_published": self.published, "installs": self.installs,
+                "rollouts_trained": self.trained, "rollouts_trained_from_adversaries": self.trained_forged,
+                "verdicts": dict(sorted(self.verdicts.items())), "dropped": dict(sorted(self.dropped.items())),
+                "shard_blame": dict(sorted(self.shard_blame.items())), "jobs": dict(sorted(self.jobs.items())),
+                "jobs_failed": dict(sorted(self.jobs_failed.items())), "forged_jobs": self.forged_jobs}
 
 
 class Bytes:
@@ -378,9 +440,10 @@ class Evaluator:
         for name, cls in CHECKS.items():
             self.checks[name] = cls(self.peers, grace, status_sample) if cls is Delivery else cls(self.peers)
         self.versions = VersionSpread(self.peers)
+        self.training = Training(self.peers)
         self.bytes = Bytes(self.peers)
         self._route: dict[str, list] = {}
-        for consumer in [self.peers, *self.checks.values(), self.versions, self.bytes]:
+        for consumer in [self.peers, *self.checks.values(), self.versions, self.training, self.bytes]:
             for kind in consumer.kinds:
                 self._route.setdefault(kind, []).append(consumer.feed)
 
@@ -398,7 +461,7 @@ class Evaluator:
 
     def metrics(self, end: float, duration: float) -> dict:
         return {"delivery": self.checks["delivery-complete"].metrics(end), "bytes": self.bytes.metrics(duration),
-                "version_spread": self.versions.metrics()}
+                "version_spread": self.versions.metrics(), "training": self.training.metrics()}
 
 
 def read_trace(path: str) -> Iterator[tuple[float, int, str, dict]]:

@@ -83,7 +83,7 @@ class Churn:
         if s.churn.crash_rate > 0:
             loop.at(60.0, self._crash_round)
         for t in s.tasks:
-            loop.at(t.at, self.sim.announce_task, t.by, t.name, t.model, t.env, t.ttl)
+            loop.at(t.at, self.sim.announce_task, t.by, t.name, t.model, t.env, t.ttl, t)
         if s.workload.probe_rate > 0:
             loop.at(s.workload.probe_start, self._probe)
 

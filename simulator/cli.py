@@ -48,6 +48,11 @@ def _summary(result) -> str:
     vs = m["version_spread"]
     lines.append(f"weight versions: {vs['versions']} seen, {vs['reached_95']} reached 95% of peers"
                  + (f" (p50 {vs['seconds_p50']:.1f} s)" if vs["seconds_p50"] is not None else ""))
+    tr = m.get("training")
+    if tr is not None:
+        lines.append(f"training: newest version {tr['newest_version']}, {tr['rollouts_trained']} rollouts trained "
+                     f"({tr['rollouts_trained_from_adversaries']} from adversaries), {tr['installs']} installs, "
+                     f"verdicts {json.dumps(tr['verdicts'], sort_keys=True)}")
     for name, check in result.checks.items():
         req = name in result.required
         mark = ("PASS" if check.ok else "FAIL") if req else ("pass" if check.ok else "info")

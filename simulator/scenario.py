@@ -72,6 +72,9 @@ class TaskSpec:
     model: str = f("builtin:digit-sort-tiny")
     env: str = f("digit-sort")
     ttl: float = f(86400.0, gt=0)
+    async_level: int = f(2, ge=0, le=16)
+    params: dict = f({}, doc="task params (group_size, prompts_per_step, shard_size, validate_fraction, ...)")
+    validators: tuple[str, ...] = f((), doc="peer groups whose keys the task names as trusted validators")
 
 
 @dataclass(frozen=True)
@@ -267,6 +270,9 @@ def _validate(s: Scenario) -> Scenario:
                 adversaries.check_params(g.adversary, g.adversary_params)
             except ValueError as exc:
                 raise ScenarioError(f"{p}.adversary: {exc}") from None
+            needs = adversaries.KINDS[g.adversary].needs_role
+            if needs and needs not in g.roles:
+                raise ScenarioError(f"{p}.roles: adversary {g.adversary!r} needs the {needs!r} role")
         elif g.adversary_params:
             raise ScenarioError(f"{p}.adversary_params: only for adversary groups")
     if s.settle >= s.duration:
@@ -277,6 +283,14 @@ def _validate(s: Scenario) -> Scenario:
             raise ScenarioError(f"scenario.tasks[{i}].by: {t.by!r} is not an honest peer group")
         if t.at >= s.duration:
             raise ScenarioError(f"scenario.tasks[{i}].at: must be < duration")
+        for name in t.validators:
+            if name not in names:
+                raise ScenarioError(f"scenario.tasks[{i}].validators: {name!r} is not a peer group")
+        if len(t.params) > 64:
+            raise ScenarioError(f"scenario.tasks[{i}].params: at most 64 entries")
+        for key, value in t.params.items():
+            if not isinstance(value, (int, float, str, bool)):
+                raise ScenarioError(f"scenario.tasks[{i}].params.{key}: must be a number, string or boolean")
     for i, c in enumerate(s.checks):
         if c not in checkers.CHECKS:
             raise ScenarioError(f"scenario.checks[{i}]: unknown check {c!r} (known: {', '.join(sorted(checkers.CHECKS))})")

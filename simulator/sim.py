@@ -2,8 +2,13 @@
 
 This is `node/`'s job done on the virtual network: gossip through `GossipRouter`, connections
 (Dial -> PeerConnected / DialFailed, Disconnect, Ban with connection gating), request/response streams
-as bandwidth-sharing flows with timeouts, jobs through the executor registry, timers through
-`next_deadline()`, and every observable thing into the trace. Peers are indices; the core sees
+as bandwidth-sharing flows with timeouts, jobs through the executor registry (the roles' kinds by
+simulator/rolejobs.py), timers through `next_deadline()`, and every observable thing into the trace.
+Blobs and weight shards are virtual (simulator/content.py): each peer's `NodeStore` holds digests,
+and bytes are built only to travel. Like node/driver.py and node/runtime.py, the runtime serves
+`/swarm/blob/1` itself from the blob store, and carries out StoreBlob, StoreShard, RespondShard (the
+stored shard, or "not-found"), CheckShards (answered with ShardsPresent after the current effects)
+and KeepShards (gc sparing shards younger than a grace period). Peers are indices; the core sees
 libp2p-style peer ids. Each peer's `now` is the virtual epoch (1.8e9 s) plus simulated time plus its
 clock skew.
 """
@@ -22,12 +27,16 @@ from simulator.gossip_model import GossipRouter, Msg
 from simulator.loop import EventLoop
 from simulator.network import LinkProfile, Network
 from simulator.scenario import PeerGroup, Scenario, core_config, gossip_config
+from simulator.content import Content, NodeStore
+from simulator.rolejobs import ROLE_KINDS, RoleJobs
 from simulator.trace import Trace
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome, JobRegistry, RealExecutor, real_function
+from swarm import protocols
 from swarm.core import PeerCore
-from swarm.io import (Ban, CommandResult, Dial, DialFailed, Disconnect, Emit, JobFinished, LocalCommand,
-                      MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
-                      Respond, ResponseReceived, RunJob, SendRequest, Started, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, JobFinished, KeepShards,
+                      LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
+                      RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
+                      ShardsPresent, Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
 from swarm.rng import Rng, stable_seed
 
 EPOCH = 1.8e9  # virtual wall-clock origin, so message timestamps look like real ones
@@ -55,6 +64,7 @@ class Node:
     attack_seq: int = 0
     rejoin_pending: bool = False
     rng: Rng | None = None  # the simulator's stream for this peer (adversary choices, jobs)
+    store: NodeStore = field(default_factory=NodeStore)  # its data dir: blobs and shards (digests)
 
     @property
     def peer_id(self) -> str:
@@ -76,6 +86,7 @@ class Request:
     data: bytes
     done: bool = False
     flow: Flow | None = None
+    shard_rid: int = 0  # the server's RespondShard request id, until ShardSent tells its core the upload ended
 
 
 class Simulation:
@@ -95,6 +106,7 @@ class Simulation:
                                    self._validate, self._on_drop)
         self.memo = EnvelopeMemo()
         self.core_config = core_config(s)
+        self.content = Content()
         self.nodes: list[Node] = []
         self.by_id: dict[str, int] = {}
         self.live: set[int] = set()
@@ -112,7 +124,8 @@ class Simulation:
             Publish: self._do_publish, Subscribe: self._do_subscribe, Unsubscribe: self._do_unsubscribe,
             Dial: self._do_dial, Disconnect: self._do_disconnect, Ban: self._do_ban, SendRequest: self._do_request,
             Respond: self._do_respond, RunJob: self._do_job, Emit: self._do_emit, CommandResult: self._do_result,
-            MessageVerdict: lambda i, e: None,
+            MessageVerdict: lambda i, e: None, StoreBlob: self._do_store_blob, StoreShard: self._do_store_shard,
+            RespondShard: self._do_respond_shard, CheckShards: self._do_check_shards, KeepShards: self._do_keep_shards,
         }
 
     # ------------------------------------------------------------------ helpers
@@ -131,9 +144,15 @@ class Simulation:
 
     def _job_registry(self) -> JobRegistry:
         registry = JobRegistry()
+        roles = RoleJobs(self.content, self.scenario.jobs)
+        for kind in ROLE_KINDS:
+            registry.register(kind, roles.executor(kind))
         for kind, spec in sorted(self.scenario.jobs.items()):
             cost = CostModelExecutor(spec.seconds, spec.jitter, spec.result_bytes, spec.fail_rate)
-            registry.register(kind, cost if spec.mode == "cost" else RealExecutor(real_function(spec.function), cost))
+            if spec.mode == "real":
+                registry.register(kind, RealExecutor(real_function(spec.function), cost))
+            elif kind not in ROLE_KINDS:
+                registry.register(kind, cost)
         return registry
 
     # ------------------------------------------------------------------ peers
@@ -164,6 +183,7 @@ class Simulation:
         self.router.add_peer()
         self.trace.record(self.loop.now, index, "peer", {
             "id": identity.peer_id, "group": group.name, "adversary": group.adversary, "region": regions[region],
+            "roles": list(group.roles),
             "up_mbps": group.up_mbps, "down_mbps": group.down_mbps, "skew": round(skew, 6),
             "detectable": bool(behaviour and adversaries.detectable(behaviour, self.core_config.sender_rate,
                                                                     self.core_config.sender_burst))})
@@ -184,6 +204,10 @@ class Simulation:
         cfg = replace(self.core_config, roles=node.group.roles)
         node.core = self.core_factory(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),
                              envelope_memo=self.memo)
+        shards = getattr(node.core, "shards", None)
+        if shards is not None:  # hash each shard bytes object once, however many peers receive it
+            shards.exchange.hasher = self.content.hasher
+        node.store.seen.clear()  # the job process's memory, not the data dir
         self.live.add(i)
         self.trace.record(self.loop.now, i, "start", {"incarnation": node.incarnation})
         self._feed(i, Started((self.addr(i),)))
@@ -433,20 +457,76 @@ class Simulation:
             self._fail(req, "connection closed")
             return
         self._server_rid += 1
+        if req.protocol == protocols.BLOB:  # the runtime serves blobs from its store (node/runtime.py)
+            self._serve_blob(server, req, self._server_rid)
+            return
         server.served[self._server_rid] = req
         self._feed(req.server, RequestReceived(self.nodes[req.client].peer_id, req.protocol, self._server_rid, req.data))
 
+    def _serve_blob(self, server: Node, req: Request, rid: int) -> None:
+        if server.core.is_banned(self.nodes[req.client].peer_id):
+            data, error = b"", "banned"
+        else:
+            digest = bytes(req.data)
+            data = self.content.data(digest) if len(digest) == 32 and server.store.has_blob(digest) else None
+            data, error = (b"", "not-found") if data is None else (data, None)
+        self._send_response(server.index, req, rid, data, error)
+
     def _do_respond(self, j: int, e: Respond) -> None:
         req = self.nodes[j].served.pop(e.request_id, None)
-        self.trace.record(self.loop.now, j, "respond", {"rid": e.request_id, "size": len(e.data),
-                                                        "error": e.error or ""})
+        self._send_response(j, req, e.request_id, e.data, e.error)
+
+    def _send_response(self, j: int, req: Request | None, rid: int, data: bytes, error: str | None) -> None:
+        self.trace.record(self.loop.now, j, "respond", {"rid": rid, "size": len(data), "error": error or ""})
         if req is None or req.done:
             return
-        req.flow = self.flows.start(j, req.client, len(e.data) + STREAM_OVERHEAD,
-                                    lambda fl, r=req, d=e.data, err=e.error: self._response_sent(r, d, err))
+        req.flow = self.flows.start(j, req.client, len(data) + STREAM_OVERHEAD,
+                                    lambda fl, r=req, d=data, err=error: self._response_sent(r, d, err))
+
+    # ---- the blob and shard stores (node/driver.py's effects)
+
+    def _do_store_blob(self, i: int, e: StoreBlob) -> None:
+        if self.content.size(e.digest) == len(e.data):  # the core checked the hash; we know the content
+            self.nodes[i].store.add_blob(e.digest)
+
+    def _do_store_shard(self, i: int, e: StoreShard) -> None:
+        self.nodes[i].store.add_shard(e.digest, self.loop.now)
+
+    def _do_respond_shard(self, j: int, e: RespondShard) -> None:
+        node = self.nodes[j]
+        req = node.served.pop(e.request_id, None)
+        data = self.content.data(e.digest) if node.store.has_shard(e.digest) else None
+        data, error = (b"", "not-found") if data is None else (data, None)
+        if node.behaviour is not None and data:
+            data, error = node.behaviour.serve_shard(self, node, data)
+        if req is not None and not req.done:
+            req.shard_rid = e.request_id
+        else:
+            self.feed_later(0.0, j, ShardSent(e.request_id))
+        self._send_response(j, req, e.request_id, data, error)
+
+    def _shard_sent(self, req: Request) -> None:
+        """The server's upload of a shard answer ended (sent, or its request failed): like node/driver.py,
+        tell its core, whose upload slot is free again."""
+        if req.shard_rid:
+            rid, req.shard_rid = req.shard_rid, 0
+            server = self.nodes[req.server]
+            if server.up:
+                self.feed_later(0.0, req.server, ShardSent(rid))
+
+    def _do_check_shards(self, i: int, e: CheckShards) -> None:
+        store = self.nodes[i].store
+        present = frozenset(d for d in e.digests if store.has_shard(d))
+        self.feed_later(0.0, i, ShardsPresent(e.root, present))
+
+    def _do_keep_shards(self, i: int, e: KeepShards) -> None:
+        dropped = self.nodes[i].store.gc(e.keep, self.loop.now)
+        if dropped:
+            self.trace.record(self.loop.now, i, "shards-gc", {"dropped": dropped})
 
     def _response_sent(self, req: Request, data: bytes, error: str | None) -> None:
         req.flow = None
+        self._shard_sent(req)
         self.loop.after(self.net.one_way(req.server, req.client), self._response_arrives, req, data, error)
 
     def _response_arrives(self, req: Request, data: bytes, error: str | None) -> None:
@@ -474,6 +554,7 @@ class Simulation:
         if req.flow is not None:
             self.flows.cancel(req.flow)
             req.flow = None
+        self._shard_sent(req)
         client = self.nodes[req.client]
         self.trace.record(self.loop.now, req.client, "response", {"from": req.server, "rid": req.rid, "size": 0,
                                                                   "error": why})
@@ -499,7 +580,8 @@ class Simulation:
             else:
                 ctx = JobContext(node.index, node.peer_id, job.job_id, job.kind, job.payload,
                                  bool(node.behaviour and node.behaviour.forges_jobs),
-                                 Rng(stable_seed("swarm-sim", self.seed, "job", node.index, node.incarnation, job.job_id)))
+                                 Rng(stable_seed("swarm-sim", self.seed, "job", node.index, node.incarnation, job.job_id)),
+                                 cheat=getattr(node.behaviour, "cheat", ""), store=node.store)
                 outcome = executor.run(ctx)
             self.loop.after(outcome.duration, self._job_done, node, node.incarnation, job, outcome)
 
@@ -507,7 +589,13 @@ class Simulation:
         if not node.up or node.incarnation != incarnation:
             return
         node.jobs_running -= 1
-        honest = getattr(outcome.result, "honest", None)
+        honest = outcome.honest if outcome.honest is not None else getattr(outcome.result, "honest", None)
+        for digest in outcome.blobs:
+            node.store.add_blob(digest)
+        for digest in outcome.shards:
+            node.store.add_shard(digest, self.loop.now)
+        if outcome.ok and job.kind in ("init", "train") and hasattr(outcome.result, "weights"):
+            node.store.published[job.payload.task.task_id] = (outcome.result.version, bytes(outcome.result.weights))
         self.trace.record(self.loop.now, node.index, "job-done", {"job": job.job_id, "kind": job.kind, "ok": outcome.ok,
                                                                   "honest": honest, "error": outcome.error})
         self._feed(node.index, JobFinished(job.job_id, outcome.ok, outcome.result, outcome.error))
@@ -530,14 +618,20 @@ class Simulation:
 
     # ------------------------------------------------------------------ scenario actions
 
-    def announce_task(self, group: str, name: str, model: str, env: str, ttl: float) -> None:
+    def announce_task(self, group: str, name: str, model: str, env: str, ttl: float, spec=None) -> None:
+        """`spec` (a scenario TaskSpec) adds task params, the async level and the trusted validators:
+        every peer created so far in the groups it names (an adversary group there is a compromised
+        validator the task trusts)."""
+        validators = tuple(n.identity.public_key for n in self.nodes
+                           if spec is not None and n.group.name in spec.validators)
         for i in self.live_honest():
             node = self.nodes[i]
             if node.group.name == group:
                 now = self.core_now(node)
                 task = TaskAnnouncement(name=name, model=model, env=env, created_at=now, expires_at=now + ttl,
-                                        trainer_keys=(node.identity.public_key,), validator_keys=(), async_level=2,
-                                        params={})
+                                        trainer_keys=(node.identity.public_key,), validator_keys=validators[:64],
+                                        async_level=spec.async_level if spec is not None else 2,
+                                        params=dict(spec.params) if spec is not None else {})
                 self.trace.record(self.loop.now, i, "task", {"task_id": task.task_id, "name": name,
                                                              "expires": round(ttl + self.loop.now, 6)})
                 self.command(i, "announce-task", {"task": task})

@@ -11,8 +11,9 @@ Each peer runs `slots` jobs at once; more wait in a FIFO queue. Results say who 
 by a peer whose adversary behaviour forges results is marked `honest=False`, so checkers can tell
 forged work from honest work whatever the role code does with it.
 
-Job kinds the roles will emit: "generate", "verify", "train" (and weight packing); until the roles
-exist nothing in the core emits RunJob, and the tests drive this with a fake emitter.
+The roles' own job kinds (init, generate, verify, train, unpack: swarm/jobs.py) are answered by
+simulator/rolejobs.py, which returns the real result types; the generic executors here serve any
+other kind a scenario names (and tests that drive jobs with a fake emitter).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ class JobContext:
     payload: Any
     forger: bool  # the peer's behaviour forges job results
     rng: Rng  # deterministic stream for this job
+    cheat: str = ""  # how a role-level adversary's job lies (simulator/rolejobs.py), "" for honest
+    store: Any = None  # the peer's content.NodeStore: blobs and shards its jobs read and write
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class JobOutcome:
     ok: bool
     result: Any = None
     error: str = ""
+    honest: bool | None = None  # for the trace; None: read `result.honest` (CostResult) if it has one
+    blobs: tuple = ()  # digests added to the peer's blob store when the job finishes
+    shards: tuple = ()  # digests added to its shard store when the job finishes
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ def test_every_shipped_scenario_loads():
     (GOOD + "checks = []\n".replace("[]", "[\"all-good\"]"), "unknown key"),  # after a table: lands in it
     (GOOD.replace("duration = 100", "duration = 100\nchecks = [\"all-good\"]"), "scenario.checks[0]: unknown check"),
     (GOOD.replace("name = \"b\"", "name = \"b\"\nadversary = \"lying-validator\""),
-     "scenario.peers[1].adversary: 'lying-validator' needs the validator role"),
+     "scenario.peers[1].roles: adversary 'lying-validator' needs the 'validator' role"),
     (GOOD.replace("name = \"b\"", "name = \"b\"\nadversary = \"spam\"\nadversary_params = { rate = \"x\" }"),
      "scenario.peers[1].adversary: spam: param 'rate' must be a number"),
     (GOOD + "[core]\nsweep_interval = \"fast\"\n", "scenario.core.sweep_interval: must be a number"),

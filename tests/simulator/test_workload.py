@@ -1,7 +1,8 @@
 """Jobs: executors by kind, virtual durations, honest vs forged results, slots, unknown kinds.
 
-No role emits RunJob yet, so a tiny fake core (tests only) turns a local command into RunJob and
-records the JobFinished it gets back.
+The roles' own kinds (init, generate, verify, train, unpack) go to simulator/rolejobs.py
+(tests/simulator/test_roles.py); these tests drive the generic executors with kinds of their own: a
+tiny fake core (tests only) turns a local command into RunJob and records the JobFinished it gets back.
 """
 
 import pytest
@@ -35,9 +36,9 @@ class JobEmittingCore(PeerCore):
 
 JOBS = """
 job_slots = 1
-[jobs.generate]
+[jobs.rollout]
 seconds = 20
-[jobs.verify]
+[jobs.check]
 seconds = 2
 jitter = 0.5
 [jobs.square]
@@ -62,7 +63,7 @@ def _sim():
 def test_cost_model_job_finishes_after_its_virtual_duration_with_an_honest_result():
     sim = _sim()
     core = sim.nodes[0].core
-    sim.command(0, "fake-job", {"job_id": 1, "kind": "generate", "payload": {"prompts": [1, 2]}})
+    sim.command(0, "fake-job", {"job_id": 1, "kind": "rollout", "payload": {"prompts": [1, 2]}})
     sim.loop.run(24.9)
     assert core.finished == []
     sim.loop.run(25.1)
@@ -76,8 +77,8 @@ def test_cost_model_job_finishes_after_its_virtual_duration_with_an_honest_resul
 def test_jobs_queue_on_slots_and_unknown_kinds_fail():
     sim = _sim()
     core = sim.nodes[1].core
-    sim.command(1, "fake-job", {"job_id": 1, "kind": "generate"})
-    sim.command(1, "fake-job", {"job_id": 2, "kind": "generate"})
+    sim.command(1, "fake-job", {"job_id": 1, "kind": "rollout"})
+    sim.command(1, "fake-job", {"job_id": 2, "kind": "rollout"})
     sim.command(1, "fake-job", {"job_id": 3, "kind": "no-such-kind"})
     sim.loop.run(100.0)
     done = {fin.job_id: (round(at - 1.8e9, 6), fin) for at, fin in core.finished}
@@ -101,8 +102,8 @@ def test_forging_peer_results_are_marked_forged():
         forges_jobs = True
 
     sim.nodes[0].behaviour = Forger({}, adversaries.GroupController("g", 1))
-    sim.command(0, "fake-job", {"job_id": 5, "kind": "generate"})
-    sim.command(1, "fake-job", {"job_id": 5, "kind": "generate"})
+    sim.command(0, "fake-job", {"job_id": 5, "kind": "rollout"})
+    sim.command(1, "fake-job", {"job_id": 5, "kind": "rollout"})
     sim.loop.run(40.0)
     assert sim.nodes[0].core.finished[0][1].result.honest is False
     assert sim.nodes[1].core.finished[0][1].result.honest is True
@@ -111,7 +112,7 @@ def test_forging_peer_results_are_marked_forged():
 def test_jobs_die_with_a_crashed_peer():
     sim = _sim()
     core = sim.nodes[0].core
-    sim.command(0, "fake-job", {"job_id": 1, "kind": "generate"})
+    sim.command(0, "fake-job", {"job_id": 1, "kind": "rollout"})
     sim.loop.run(10.0)
     sim.stop_peer(0, "crash")
     sim.start_peer(0)

@@ -1,0 +1,210 @@
+"""The roles run in the simulator: versions advance, rollouts are trained, weights swarm as shards,
+and every rollout-level adversary is caught with the reason the real check gives and never trained on.
+
+Small swarms (a trainer, a validator, a few workers) for a few simulated minutes, cost-model jobs.
+"""
+
+import json
+from collections import Counter
+
+import pytest
+
+from simulator import rolejobs
+from simulator.run import run_scenario
+from simulator.scenario import loads
+
+HEAD = """
+name = "{name}"
+duration = {duration}
+seed = {seed}
+settle = 40
+checks = ["tasks-learned", "honest-not-banned", "versions-forward", "no-bad-training"{extra_checks}]
+
+[[peers]]
+name = "trainer"
+count = 1
+roles = ["trainer"]
+up_mbps = 1000
+down_mbps = 1000
+churn = false
+
+[[peers]]
+name = "validator"
+count = 1
+roles = ["validator"]
+up_mbps = 200
+down_mbps = 200
+
+[[peers]]
+name = "worker"
+count = {workers}
+roles = ["worker"]
+up_mbps = 50
+down_mbps = 100
+"""
+
+TASK = """
+[[tasks]]
+at = 10
+by = "trainer"
+validators = [{validators}]
+
+[jobs.generate]
+seconds = 10
+[jobs.train]
+seconds = 15
+[jobs.verify]
+seconds = 1
+"""
+
+
+def scenario(name="roles", duration=300, seed=1, workers=4, adversaries="", validators='"validator"',
+             extra_checks=()):
+    checks = "".join(f', "{c}"' for c in extra_checks)
+    text = HEAD.format(name=name, duration=duration, seed=seed, workers=workers, extra_checks=checks)
+    return loads(text + adversaries + TASK.format(validators=validators), f"<{name}>")
+
+
+def adversary(name, kind, role="worker", count=1):
+    return f'\n[[peers]]\nname = "{name}"\ncount = {count}\nroles = ["{role}"]\nadversary = "{kind}"\n'
+
+
+def run(s, tmp_path):
+    path = tmp_path / f"{s.name}.jsonl"
+    result = run_scenario(s, trace_path=str(path))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return result, records
+
+
+def ids_of(records, group):
+    return {r["f"]["id"] for r in records if r["ev"] == "peer" and r["f"]["group"] == group}
+
+
+def test_roles_train_and_versions_reach_every_follower(tmp_path):
+    r, records = run(scenario(), tmp_path)
+    assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
+    tr = r.metrics["training"]
+    assert tr["newest_version"] >= 3 and tr["rollouts_trained"] > 0 and tr["installs"] > 0
+    assert tr["jobs_failed"] == {} and tr["forged_jobs"] == 0
+    assert set(tr["jobs"]) == {"init", "generate", "verify", "train", "unpack"}
+    spread = r.metrics["version_spread"]
+    assert spread["reached_95"] >= 3 and spread["seconds_p50"] > 0
+    # Shards travel on the flow model: a download cannot beat the follower's 100 Mbit/s downlink.
+    done = [rec["f"] for rec in records if rec["ev"] == "emit.shards-complete"]
+    assert done and all(f["seconds"] >= f["bytes_in"] * 8 / 100e6 for f in done)
+    assert any(f["bytes_in"] >= 4 << 20 for f in done)  # the full version 0 (4 MB) went to every follower
+    served = [rec["f"]["size"] for rec in records if rec["ev"] == "respond" and rec["f"]["size"] >= 1 << 20]
+    assert served  # 1 MiB shard answers went over the wire
+    # Every honest check passed; nothing was refused as a missing blob or shard.
+    assert set(tr["verdicts"]) == {"ok"}
+
+
+@pytest.mark.parametrize("kind,alias,reason", [("other-model", "different-model", "toploc"),
+                                               ("inflated-reward", "inflated-rewards", "reward"),
+                                               ("cherry-pick", "cherry-picked-prompts", "assignment")])
+def test_rollout_cheat_is_caught_with_its_reason_and_never_trained_on(tmp_path, kind, alias, reason):
+    s = scenario(name=kind, adversaries=adversary("cheat", alias), extra_checks=("adversaries-banned",))
+    r, records = run(s, tmp_path)
+    assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
+    cheat = ids_of(records, "cheat")
+    (cheat_index,) = [rec["peer"] for rec in records if rec["ev"] == "peer" and rec["f"]["group"] == "cheat"]
+    forged = [rec for rec in records if rec["ev"] == "job-done" and rec["peer"] == cheat_index
+              and rec["f"]["kind"] == "generate"]
+    assert forged and all(rec["f"]["honest"] is False for rec in forged)
+    verdicts = Counter((rec["f"]["worker"] in cheat, rec["f"]["passed"], rec["f"]["reason"])
+                       for rec in records if rec["ev"] == "emit.verdict")
+    assert verdicts[(True, False, reason)] >= 1, verdicts
+    assert not any(is_cheat and passed for is_cheat, passed, _ in verdicts)  # never passed by an honest check
+    assert not any(not is_cheat and not passed for is_cheat, passed, _ in verdicts)  # no honest batch failed
+    trained = [rec["f"]["worker"] for rec in records if rec["ev"] == "emit.rollout-trained"]
+    assert trained and not cheat & set(trained)  # non-vacuous: honest rollouts were trained, forged ones never
+    assert r.metrics["training"]["rollouts_trained_from_adversaries"] == 0
+    banned_by = {rec["peer"] for rec in records if rec["ev"] == "emit.peer-banned" and rec["f"]["peer"] in cheat}
+    assert banned_by  # at least one honest peer banned it (adversaries-banned above says the same)
+
+
+def test_lying_validator_loses_trust_and_honest_workers_stay(tmp_path):
+    s = scenario(name="liar", workers=4, adversaries=adversary("liar", "lying-validator", role="validator")
+                 + adversary("cheat", "other-model"), validators='"validator", "liar"',
+                 extra_checks=("adversaries-banned",))
+    r, records = run(s, tmp_path)
+    assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
+    liar = ids_of(records, "liar")
+    trainer = {rec["peer"] for rec in records if rec["ev"] == "peer" and rec["f"]["group"] == "trainer"}
+    bans = [rec for rec in records if rec["ev"] == "emit.peer-banned" and rec["f"]["peer"] in liar]
+    assert any(rec["peer"] in trainer for rec in bans)  # its own check contradicted the liar
+    assert any("wrong verdict" in rec["f"]["reason"] for rec in records
+               if rec["ev"] == "emit.peer-banned" and rec["f"]["peer"] in liar)
+    lies = [rec for rec in records if rec["ev"] == "emit.verdict" and rec["peer"] in
+            {p["peer"] for p in records if p["ev"] == "peer" and p["f"]["group"] == "liar"}]
+    assert lies and r.metrics["training"]["rollouts_trained_from_adversaries"] == 0
+    assert r.metrics["training"]["rollouts_trained"] > 0
+
+
+@pytest.mark.parametrize("kind,blame", [("corrupted-shards", "bad-shard"), ("withheld-shards", "withheld")])
+def test_shard_adversaries_are_blamed_and_versions_still_spread(tmp_path, kind, blame):
+    # They follow the weights as (untrusted) validators: their rollouts, had they made any as workers,
+    # would be honest, yet no-bad-training counts every adversary's rollouts as bad.
+    s = scenario(name=kind, workers=3, adversaries=adversary("bad", kind, role="validator", count=2))
+    r, records = run(s, tmp_path)
+    assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
+    bad = ids_of(records, "bad")
+    blamed = Counter(rec["f"]["reason"] for rec in records
+                     if rec["ev"] == "emit.shard-rejected" and rec["f"]["peer"] in bad)
+    assert blamed[blame] >= 1, blamed
+    honest_blamed = [rec for rec in records if rec["ev"] == "emit.shard-rejected" and rec["f"]["peer"] not in bad
+                     and rec["f"]["reason"] == "bad-shard"]
+    assert not honest_blamed
+    spread = r.metrics["version_spread"]
+    assert spread["versions"] >= 3
+    assert spread["reached_95"] >= spread["versions"] - 1  # the newest may still be on its way at the end
+
+
+def test_no_bad_training_fails_when_a_forged_rollout_is_trained(tmp_path, monkeypatch):
+    """The checker is not vacuous: with a blind check (every batch passes) the trainer trains on a
+    cheater's rollouts, and no-bad-training must fail naming it."""
+    monkeypatch.setattr(rolejobs, "check", lambda batch, job, store: "ok")
+    s = scenario(name="blind", workers=2, adversaries=adversary("cheat", "inflated-reward", count=2))
+    r, records = run(s, tmp_path)
+    check = r.checks["no-bad-training"]
+    assert not check.ok and "no-bad-training" in r.failed
+    cheat = ids_of(records, "cheat")
+    assert check.violations and all(v["worker"] in cheat for v in check.violations)
+    assert r.metrics["training"]["rollouts_trained_from_adversaries"] > 0
+
+
+def test_role_runs_are_deterministic(tmp_path):
+    s = scenario(name="det", duration=200, adversaries=adversary("cheat", "cherry-pick"))
+    a = run_scenario(s)
+    b = run_scenario(s)
+    c = run_scenario(scenario(name="det", duration=200, seed=2, adversaries=adversary("cheat", "cherry-pick")))
+    assert a.trace_hash == b.trace_hash != c.trace_hash
+    assert a.metrics["training"]["rollouts_trained"] > 0
+
+
+def test_scenario_refuses_a_cheat_without_its_role():
+    from simulator.scenario import ScenarioError
+    with pytest.raises(ScenarioError, match="needs the 'worker' role"):
+        scenario(adversaries='\n[[peers]]\nname = "x"\ncount = 1\nadversary = "other-model"\n')
+    with pytest.raises(ScenarioError, match="validators: 'nobody' is not a peer group"):
+        scenario(validators='"nobody"')
+
+
+def test_restarted_trainer_resumes_from_its_last_version():
+    """Like trainer/jobs.py: a crashed trainer's init job republishes its last version (as a full one)
+    from its data dir, so versions keep moving forward."""
+    from simulator.run import prepare
+    from simulator.trace import Trace
+
+    trace = Trace()
+    published = []
+    trace.observe("emit.version-published", lambda t, peer, kind, f: published.append((t, peer, f["version"])))
+    sim, _ = prepare(scenario(name="resume", duration=400, workers=3), trace)
+    sim.loop.run(150.0)
+    before = max(v for _, _, v in published)
+    assert before >= 2
+    sim.stop_peer(0, "crash")
+    sim.start_peer(0)
+    sim.loop.run(400.0)
+    after = [v for t, _, v in published if t > 150.0]
+    assert after[0] == before and max(after) > before  # resumed, then trained on
