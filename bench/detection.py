@@ -248,7 +248,7 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
     cheap = {"other-model": setup.other, "low-precision": bf16, "int8-quant": adv.int8_copy(setup.model),
              "laundered": bf16}
     for kind in adv.KINDS + ("replay-unseen",):
-        caught, why = 0, {}
+        caught, why, identical, caught_different = 0, {}, 0, 0
         for b in range(cheat_batches):
             version, batch = 500 + b // 4, b % 4
             seen_here = seen
@@ -258,6 +258,9 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
                 samples, claim = setup.honest(setup.model, version, batch)
             if kind == "laundered":
                 samples = adv.launder(setup.model, samples)
+                honest_ids = [s.token_ids for s in setup.honest(setup.model, version, batch)[0]]
+                same = honest_ids == [s.token_ids for s in samples]  # bf16 drew exactly the honest tokens
+                identical += same
             elif kind == "fabricated-tokens":
                 samples = adv.fabricate(setup.model, samples, setup.answer, setup.reward, setup.rules.eos_id)
             elif kind == "inflated-reward":
@@ -274,9 +277,14 @@ def detect(setup: Setup, honest_batches: int, cheat_batches: int) -> dict:
             claim = adv.claim_for(samples, WORKER, claim.version, claim.prompt_indices, setup.spp)
             verdict = check_batch(samples, claim, setup.rules, validator, seen=seen_here)
             caught += not verdict.passed
+            caught_different += not verdict.passed and not (kind == "laundered" and same)
             why[verdict.reason] = why.get(verdict.reason, 0) + 1
         print(f"{setup.name} {kind}: {caught}/{cheat_batches} caught {why}", file=sys.stderr)
         out["cheats"][kind] = {"batches": cheat_batches, "detection_rate": caught / cheat_batches, "reasons": why}
+        if kind == "laundered":  # a batch whose tokens all equal the honest ones *is* the honest batch
+            different = cheat_batches - identical
+            out["cheats"][kind].update(identical_to_honest=identical, detection_rate_when_different=(
+                caught_different / different if different else None))
     return out
 
 
