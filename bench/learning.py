@@ -74,8 +74,11 @@ def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Pat
     cmd = [sys.executable, "-m", "node.cli", "local", "--peers", str(peers), "--base-dir", str(base / "swarm"),
            "--task", str(task_file)]
     say(f"swarm: {' '.join(cmd[1:])}")
+    # SIGINT back to its default: a shell starting this bench in the background ignores SIGINT, the
+    # launcher would inherit that, and Ctrl-C (what stops the run) would do nothing
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **ENV}, start_new_session=True)
+                            env={**os.environ, **ENV}, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     launched = time.time()
     t0, checkpoints, copied, missing = None, [], {}, []
     last_report, stopped_at, exit_code = 0.0, None, None
