@@ -43,6 +43,7 @@ def main() -> int:
                     help="jobs: peer0 trainer, others workers; relay: all relays; auto: jobs if node/jobrunner.py exists")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "tui.txt")
     ap.add_argument("--wait", type=float, default=180.0, help="seconds to wait for versions with a reward (jobs)")
+    ap.add_argument("--versions", type=int, default=3, help="rewarded versions to wait for (jobs; default 3)")
     ap.add_argument("--settle", type=float, default=12.0, help="seconds for peers to meet before capturing")
     ap.add_argument("--size", default="150x48", help="terminal COLSxROWS")
     ap.add_argument("--base-dir", type=Path, default=None, help="peers' data dirs (default: a fresh temp dir)")
@@ -66,7 +67,7 @@ def main() -> int:
         say(f"4 peers up ({'trainer + 3 workers' if jobs else '4 relays'}), data dirs under {base}")
         task = _retry(lambda: call(dirs[0], "announce-task", {"task": tomllib.loads(EXAMPLE.read_text())}))
         say(f"announced task {task['task_id']}")
-        _wait_for_swarm(dirs, args.settle, jobs, args.wait)
+        _wait_for_swarm(dirs, args.settle, jobs, args.wait, args.versions)
         cols, rows = args.size.split("x")
         # The short sleep lets tmux drop its status bar before the app measures the terminal.
         cmd = f"sleep 0.5; exec {sys.executable} -m node.cli tui --base-dir {base}"
@@ -109,7 +110,7 @@ def _retry(fn, attempts: int = 50, delay: float = 0.2):
             time.sleep(delay)
 
 
-def _wait_for_swarm(dirs: list[Path], settle: float, jobs: bool, wait: float) -> None:
+def _wait_for_swarm(dirs: list[Path], settle: float, jobs: bool, wait: float, versions: int) -> None:
     """Until every peer sees the other three (at least `settle` s); with jobs, until rewards appear."""
     started = time.monotonic()
     while time.monotonic() - started < max(settle, 60):
@@ -123,11 +124,11 @@ def _wait_for_swarm(dirs: list[Path], settle: float, jobs: bool, wait: float) ->
         snap = _status(dirs[0]) or {}
         history = [h for t in snap.get("work", {}).get("trainer", {}).values() for h in t.get("history", [])]
         rewards = [h for h in history if "reward" in h]
-        if len(rewards) >= 3:
+        if len(rewards) >= versions:
             say(f"trainer has published {len(history)} versions")
             return
         time.sleep(2)
-    say(f"no 3 rewarded versions within {wait:.0f} s; capturing what there is")
+    say(f"no {versions} rewarded versions within {wait:.0f} s; capturing what there is")
 
 
 def _status(d: Path) -> dict | None:
