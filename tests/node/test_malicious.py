@@ -6,7 +6,6 @@ by PID in a finally."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from node import control
 from node.procs import start_peer, stop_processes
 from node.records import read_records
+from tests.node.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 FAST = ["--heartbeat", "0.5", "--gone-after", "4"]
@@ -21,20 +21,6 @@ TASK = {"task": {"name": "digit-sort-cheat", "model": "builtin:digit-sort-tiny",
                  "async_level": 2, "lifetime_hours": 1, "trainers": ["self"], "validators": [],
                  "params": {"group_size": 8, "prompts_per_commit": 2, "prompts_per_step": 4, "warmup_steps": 10,
                             "eval_prompts": 16, "max_new_tokens": 10, "lr": 3e-5}}}
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except control.ControlError:
-            pass
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what} (last: {last})")
 
 
 def test_fabricating_worker_is_banned_by_everyone_and_never_trained_on(tmp_path):

@@ -12,23 +12,10 @@ import trio
 
 from node import control
 from node.procs import start_peer, stop_processes
+from tests.node.helpers import wait_for
 
 pytestmark = pytest.mark.slow
 FAST = ["--heartbeat", "0.5", "--gone-after", "3"]
-
-
-def wait_for(predicate, timeout: float, what: str, step: float = 0.25):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except control.ControlError:
-            pass
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what} (last: {last})")
 
 
 def alive(d) -> set[str]:
