@@ -64,6 +64,25 @@ def assign_prompts(task_id: str, worker_key: bytes, policy_version: int, count: 
     return out
 
 
+def assigned_slice(task_id: str, worker_key: bytes, policy_version: int, prompts: tuple[int, ...],
+                   prompts_per_batch: int, max_batches: int, n_prompts: int) -> int | None:
+    """Batch number b such that `prompts` is slice [b*k, (b+1)*k) of the worker's assignment for this
+    version (k = prompts_per_batch, b < max_batches), else None: what a validator checks.
+
+    Lists are prefix-stable, and workers commit their first few slices, so the list is grown 4x at a
+    time instead of drawn whole (max_batches x k hashes were a tenth of a small model's check)."""
+    k = prompts_per_batch
+    if len(prompts) != k or max_batches <= 0:
+        return None
+    done, batches = 0, min(4, max_batches)
+    while True:
+        full = assign_prompts(task_id, worker_key, policy_version, batches * k, n_prompts)
+        found = next((b for b in range(done, batches) if tuple(full[b * k:(b + 1) * k]) == tuple(prompts)), None)
+        if found is not None or batches >= max_batches:
+            return found
+        done, batches = batches, min(4 * batches, max_batches)
+
+
 def is_assigned(task_id: str, worker_key: bytes, policy_version: int, count: int,
                 n_prompts: int, prompt_index: int) -> bool:
     """Whether `prompt_index` is one of this worker's assigned prompts (what a validator checks)."""

@@ -34,7 +34,8 @@ from typing import Callable, Collection, Protocol, Sequence
 
 import torch
 
-from gossip.assignment import assign_prompts, sample_seed
+from gossip import assignment
+from gossip.assignment import sample_seed
 from proofs import sampling, toploc
 
 OK = "ok"
@@ -203,13 +204,9 @@ def forward_many(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
 
 
 def assigned_slice(rules: Rules, worker_key: bytes, version: int, prompts: tuple[int, ...]) -> int | None:
-    """Batch number b such that `prompts` is slice [b*k, (b+1)*k) of the worker's assignment for
-    `version` (assignment lists are prefix-stable, so one list covers every batch), else None."""
-    k = rules.prompts_per_commit
-    if len(prompts) != k:
-        return None
-    full = assign_prompts(rules.task_id, worker_key, version, rules.max_batches_per_version * k, rules.n_prompts)
-    return next((b for b in range(rules.max_batches_per_version) if tuple(full[b * k:(b + 1) * k]) == prompts), None)
+    """Batch number b such that `prompts` is slice b of the worker's hash-assigned prompts for `version`."""
+    return assignment.assigned_slice(rules.task_id, worker_key, version, prompts, rules.prompts_per_commit,
+                                      rules.max_batches_per_version, rules.n_prompts)
 
 
 def _schema(samples, claim: Claim, rules: Rules) -> tuple[str, dict] | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gossip.assignment import assign_prompts
+from gossip.assignment import assigned_slice
 from simulator.content import Content, label_of
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome
 from swarm import jobs
@@ -285,17 +285,6 @@ def check(batch: Batch, job: jobs.VerifyJob, store) -> str:
 
 def assigned(task_id: str, worker_key: bytes, version: int, prompts: tuple[int, ...], params: TaskParams) -> bool:
     """Is `prompts` slice b of the worker's assignment for `version`, for some b < max_batches_per_version?
-    (proofs/checks.assigned_slice; the prefix-stable list is grown by doubling, so an honest early
-    batch costs a few hashes, not the whole list)."""
-    k = params.prompts_per_commit
-    if len(prompts) != k:
-        return False
-    limit = params.max_batches_per_version
-    done, batches = 0, 1
-    while True:
-        full = assign_prompts(task_id, worker_key, version, batches * k, params.n_prompts)
-        if any(tuple(full[b * k:(b + 1) * k]) == prompts for b in range(done, batches)):
-            return True
-        if batches >= limit:
-            return False
-        done, batches = batches, min(limit, batches * 2)
+    (the check proofs/checks.py makes, from gossip.assignment)."""
+    return assigned_slice(task_id, worker_key, version, prompts, params.prompts_per_commit,
+                          params.max_batches_per_version, params.n_prompts) is not None

@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from gossip.assignment import assign_prompts, hash_u64, is_assigned, sample_seed
+from gossip.assignment import assign_prompts, assigned_slice, hash_u64, is_assigned, sample_seed
 
 
 def test_assignment_is_deterministic_distinct_and_in_range():
@@ -55,3 +55,24 @@ def test_assignment_module_is_stdlib_only():
     code = ("import sys, gossip.assignment; "
             "bad = {'torch', 'numpy', 'trio', 'trainer'} & set(sys.modules); assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+KEY = b"\x07" * 32
+
+
+def test_every_slice_is_found_at_its_own_number():
+    k, limit = 4, 40
+    full = assign_prompts("t", KEY, 3, k * limit, 1 << 30)
+    for b in (0, 1, 3, 4, 5, 15, 16, 17, 39):
+        assert assigned_slice("t", KEY, 3, tuple(full[b * k:(b + 1) * k]), k, limit, 1 << 30) == b
+
+
+def test_slices_beyond_the_limit_another_version_or_shape_are_not_assigned():
+    k, limit = 4, 10
+    full = assign_prompts("t", KEY, 3, k * (limit + 2), 1 << 30)
+    assert assigned_slice("t", KEY, 3, tuple(full[limit * k:(limit + 1) * k]), k, limit, 1 << 30) is None
+    assert assigned_slice("t", KEY, 4, tuple(full[:k]), k, limit, 1 << 30) is None
+    assert assigned_slice("t", b"\x08" * 32, 3, tuple(full[:k]), k, limit, 1 << 30) is None
+    assert assigned_slice("t", KEY, 3, tuple(full[:k - 1]), k, limit, 1 << 30) is None
+    assert assigned_slice("t", KEY, 3, tuple(full[1:k + 1]), k, limit, 1 << 30) is None  # not on a boundary
+    assert assigned_slice("t", KEY, 3, tuple(full[:k]), k, 0, 1 << 30) is None
