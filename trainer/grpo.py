@@ -16,6 +16,8 @@ The variant, exactly:
   - Optional KL penalty to a reference policy with the k3 estimator exp(q - p) - (q - p) - 1
     (q = reference logprob, p = trainer logprob); off by default.
   - Each batch is split into `minibatches` optimizer steps (PPO-style), gradient norm clipped.
+  - AdamW, learning rate constant after an optional linear warm-up over the first `lr_warmup_steps`
+    batches (`lr_at`: a function of the step number alone, so a resumed trainer keeps the schedule).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ import torch
 class GRPOConfig:
     prompts_per_step: int = 16  # prompts in one batch
     samples_per_prompt: int = 16  # completions per prompt (the group)
-    lr: float = 3e-5  # AdamW learning rate, constant (3e-4 collapsed the policy in one step)
+    lr: float = 3e-5  # AdamW learning rate (3e-4 collapsed the policy in one step)
+    lr_warmup_steps: int = 0  # lr ramps linearly up to `lr` over this many batches; 0 = constant
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: float = 0.0
     eps_low: float = 0.2  # ratio clipped below at 1 - eps_low
@@ -52,6 +55,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool
     if std_normalize:
         adv = adv / (r.std(dim=1, keepdim=True, unbiased=False) + eps)
     return adv.view(-1)
+
+
+def lr_at(cfg: GRPOConfig, step: int) -> float:
+    """The learning rate of batch `step` (0-based: the policy version being trained from)."""
+    if cfg.lr_warmup_steps <= 0:
+        return cfg.lr
+    return cfg.lr * min(1.0, (step + 1) / cfg.lr_warmup_steps)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ from trainer import trainstate
 from trainer.batch_codec import BatchError, RolloutBatch, RolloutSample, decode, encode
 from trainer.blobdir import BlobDir, BlobError
 from trainer.envs import get_env
-from trainer.grpo import grpo_step, make_optimizer
+from trainer.grpo import grpo_step, lr_at, make_optimizer
 from trainer.inference import TorchBackend, sample_seed
 from trainer.policy import PolicyError, base_model, is_builtin, load_weights, weights_bytes
 from trainer.rollout import accuracy, completion_text, score
@@ -263,7 +263,7 @@ class JobWorker:
         t0 = time.monotonic()
         st = self._trainer(job, cfg)
         for group in st.optimizer.param_groups:  # the signed task's settings, even for a resumed optimizer
-            group.update(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+            group.update(lr=lr_at(cfg, job.version), betas=cfg.betas, weight_decay=cfg.weight_decay)
         built = build_batch(batches, cfg.std_normalize, st.tokenizer.pad_token_id)
         stats = {"reward": built.mean_reward, "completions": float(built.completions),
                  "completions_used": float(built.used)}

@@ -18,7 +18,7 @@ import torch
 
 from gossip.assignment import assign_prompts
 from trainer.envs import Environment, get_env
-from trainer.grpo import GRPOConfig, group_advantages, grpo_step, make_batch, make_optimizer
+from trainer.grpo import GRPOConfig, group_advantages, grpo_step, lr_at, make_batch, make_optimizer
 from trainer.inference import Backend, TorchBackend
 from trainer.rollout import accuracy, generate_rollouts
 
@@ -92,6 +92,8 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
                                [rollouts[k].completion.token_ids for k in keep],
                                [rollouts[k].completion.logprobs for k in keep], adv[keep],
                                tokenizer.pad_token_id)
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(g, step)
             stats = grpo_step(model, optimizer, batch, g)
         step += 1
         record = {"step": step, "reward": float(rewards.mean()), "used": len(keep), "gen_s": round(t1 - t0, 3),

@@ -18,6 +18,7 @@ GRPO_KEYS = {
     "group_size": ("samples_per_prompt", int),
     "prompts_per_step": ("prompts_per_step", int),
     "lr": ("lr", float),
+    "lr_warmup": ("lr_warmup_steps", int),
     "clip_low": ("eps_low", float),
     "clip_high": ("eps_high", float),
     "delta": ("delta", float),
@@ -45,7 +46,7 @@ def _value(params, key: str, typ: type):
         return raw
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (typ is int and not isinstance(raw, int)):
         raise ParamError(f"task param {key} must be {'an integer' if typ is int else 'a number'}, got {raw!r}")
-    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature", "format_weight")):
+    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature", "format_weight", "lr_warmup")):
         raise ParamError(f"task param {key} must be positive, got {raw!r}")
     return typ(raw)
 

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from trainer.grpo import (GRPOConfig, clip_grad, clipped_token_loss, group_advantages, grpo_step,
-                          kl_k3, make_batch, make_optimizer, token_logprobs)
+                          kl_k3, lr_at, make_batch, make_optimizer, token_logprobs)
+from trainer.taskconfig import ParamError, grpo_config
 
 CLIP = dict(eps_low=0.2, eps_high=0.28, delta=4.0)
 
@@ -104,3 +105,13 @@ def test_grpo_step_moves_logprobs_the_right_way():
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: ratio 1 before the step
     assert {"loss", "grad_norm", "clip_frac", "tokens"} <= set(stats) and stats["tokens"] == 6
     assert not model.training
+
+
+def test_lr_warmup_ramps_linearly_then_holds():
+    cfg = GRPOConfig(lr=1e-4, lr_warmup_steps=4)
+    assert [lr_at(cfg, s) for s in range(6)] == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4])
+    assert lr_at(GRPOConfig(lr=3e-5), 0) == lr_at(GRPOConfig(lr=3e-5), 100) == 3e-5
+    assert grpo_config({"lr": 1e-4, "lr_warmup": 4}).lr_warmup_steps == 4
+    assert grpo_config({"lr_warmup": 0}).lr_warmup_steps == 0
+    with pytest.raises(ParamError):
+        grpo_config({"lr_warmup": 2.5})
