@@ -15,7 +15,7 @@ from typing import Any
 import trio
 
 from node.p2p import DialError, MessageTooLarge, RequestError
-from swarm import protocols
+from swarm import jobs, protocols
 from swarm.exchange import SHARD_OK, decode_response, encode_error
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, KeepShards, LocalCommand,
                       MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
@@ -50,7 +50,10 @@ class CoreDriver:
         self._replies: dict[int, _Slot] = {}
         self._commands: dict[int, _Slot] = {}
         self._next_id = 1
-        self.job_runner = None  # set by roles that run blocking work (later issues)
+        self.job_runner = None  # node.jobrunner.JobRunner for the roles' blocking work (set by run_node)
+        # a trainer's second job process, for verify jobs only: its checks of the next step's batches
+        # run beside the train job instead of queueing behind it (node/runtime.py says when)
+        self.check_runner = None
 
     @staticmethod
     def now() -> float:
@@ -144,10 +147,11 @@ class CoreDriver:
         elif isinstance(effect, Disconnect):
             self.nursery.start_soon(self.host.disconnect, effect.peer)
         elif isinstance(effect, RunJob):
-            if self.job_runner is None:
+            runner = self.check_runner if effect.kind == jobs.VERIFY and self.check_runner else self.job_runner
+            if runner is None:
                 self.counters["job-without-runner"] += 1
             else:
-                self.job_runner.submit(effect)
+                runner.submit(effect)
         elif isinstance(effect, RespondShard):
             slot = self._replies.get(effect.request_id)
             if slot is not None:

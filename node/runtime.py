@@ -53,6 +53,14 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                                    malicious=cfg.malicious)
                 await nursery.start(runner.run)
                 driver.job_runner = runner
+                if "trainer" in cfg.roles:
+                    # The trainer's checks get a job process of their own: one train job and the
+                    # verify jobs for the next step then use both cores instead of queueing in one
+                    # (bench/learning.py: the trainer's job process is the swarm's critical path).
+                    checks = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
+                                       malicious=cfg.malicious)
+                    await nursery.start(checks.run)
+                    driver.check_runner = checks
             host.set_validator(driver.validate)
             host.on_peer_event(driver.on_peer_event)
             host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))
