@@ -117,30 +117,37 @@ class EnvelopeMemo:
 
     Decoding and signature checks are pure functions of the bytes, so many peers in one process
     (the simulator) can share one memo and verify each message once instead of once per peer.
-    Bounded: least recently used entries are dropped.
+    Keyed by the bytes themselves (a bytes object caches its hash, so the 1,000th delivery of one
+    message costs a dict lookup). Bounded by `capacity` entries and `max_bytes` of keys: least
+    recently used entries are dropped.
     """
 
-    def __init__(self, capacity: int = 65536) -> None:
+    def __init__(self, capacity: int = 65536, max_bytes: int = 64 << 20) -> None:
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[bytes, SignedMessage | Rejected] = OrderedDict()
+        self._bytes = 0
         self.hits = 0
 
     def open(self, data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
         if not isinstance(data, (bytes, bytearray)) or len(data) > max_size:
             return open_envelope(data, max_size)
-        key = hashlib.blake2b(data, digest_size=20).digest()
-        entry = self._entries.get(key)
+        key = data if type(data) is bytes else bytes(data)
+        entries = self._entries
+        entry = entries.get(key)
         if entry is None:
             try:
-                entry = open_envelope(data, max_size)
+                entry = open_envelope(key, max_size)
             except Rejected as rej:
                 entry = rej
-            self._entries[key] = entry
-            if len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+            entries[key] = entry
+            self._bytes += len(key)
+            while len(entries) > self.capacity or (self._bytes > self.max_bytes and len(entries) > 1):
+                old, _ = entries.popitem(last=False)
+                self._bytes -= len(old)
         else:
             self.hits += 1
-            self._entries.move_to_end(key)
+            entries.move_to_end(key)
         if isinstance(entry, Rejected):
             raise Rejected(entry.reason, entry.detail)
         return entry

@@ -44,7 +44,7 @@ ACCEPT_REWARD = 0.1
 MAX_SCORE = 20.0
 
 
-@dataclass
+@dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
 class PeerRecord:
     accepted: int = 0
     rejected: Counter = field(default_factory=Counter)
@@ -63,6 +63,7 @@ class ReputationLedger:
         self.ban_below = ban_below
         self.capacity = capacity
         self._peers: dict[str, PeerRecord] = {}
+        self._banned: set[str] = set()  # asked about on every message: a small set, not the big table
         self.totals_accepted = 0
         self.totals_rejected: Counter = Counter()
 
@@ -79,11 +80,17 @@ class ReputationLedger:
         candidates = sorted((r.last_event, p) for p, r in self._peers.items() if not r.banned)
         victim = candidates[0][1] if candidates else min(self._peers)
         del self._peers[victim]
+        self._banned.discard(victim)
 
     def accept(self, peer: str, now: float) -> None:
-        rec = self._record(peer, now)
+        rec = self._peers.get(peer)  # once per accepted message: the known peer's path is kept short
+        if rec is None:
+            rec = self._record(peer, now)
+        else:
+            rec.last_event = now
         rec.accepted += 1
-        rec.score = min(MAX_SCORE, rec.score + ACCEPT_REWARD)
+        score = rec.score + ACCEPT_REWARD
+        rec.score = score if score < MAX_SCORE else MAX_SCORE
         self.totals_accepted += 1
 
     def reject(self, peer: str, reason: str, now: float) -> bool:
@@ -94,6 +101,7 @@ class ReputationLedger:
         rec.score -= PENALTIES.get(reason, DEFAULT_PENALTY)
         if not rec.banned and rec.score <= self.ban_below:
             rec.banned, rec.ban_reason = True, f"score below {self.ban_below} ({reason})"
+            self._banned.add(peer)
             return True
         return False
 
@@ -103,12 +111,12 @@ class ReputationLedger:
         if rec.banned:
             return False
         rec.banned, rec.ban_reason = True, reason
+        self._banned.add(peer)
         rec.score = min(rec.score, self.ban_below)
         return True
 
     def is_banned(self, peer: str) -> bool:
-        rec = self._peers.get(peer)
-        return rec is not None and rec.banned
+        return peer in self._banned
 
     def score(self, peer: str) -> float:
         rec = self._peers.get(peer)

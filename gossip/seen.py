@@ -18,15 +18,22 @@ class SeenCache:
         self.capacity = capacity
         self.ttl = ttl
         self._entries: OrderedDict[bytes, float] = OrderedDict()
+        self._first = float("inf")  # the first (oldest) entry's time: nothing expires before it does
 
     def add(self, msg_id: bytes, now: float) -> bool:
         """Record `msg_id`; True if it was new (not seen within the ttl)."""
-        self.expire(now)
-        if msg_id in self._entries:
+        if self._first <= now - self.ttl:
+            self.expire(now)
+        entries = self._entries
+        if msg_id in entries:
             return False
-        self._entries[msg_id] = now
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        if not entries:
+            self._first = now
+        entries[msg_id] = now
+        if len(entries) > self.capacity:
+            while len(entries) > self.capacity:
+                entries.popitem(last=False)
+            self._first = next(iter(entries.values()))
         return True
 
     def __contains__(self, msg_id: bytes) -> bool:
@@ -34,11 +41,14 @@ class SeenCache:
 
     def expire(self, now: float) -> None:
         cutoff = now - self.ttl
-        while self._entries:
-            first_id, seen_at = next(iter(self._entries.items()))
+        entries = self._entries
+        while entries:
+            first_id, seen_at = next(iter(entries.items()))
             if seen_at > cutoff:
-                break
-            del self._entries[first_id]
+                self._first = seen_at
+                return
+            del entries[first_id]
+        self._first = float("inf")
 
     def __len__(self) -> int:
         return len(self._entries)

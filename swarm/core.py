@@ -43,6 +43,7 @@ from swarm.timers import Timers
 AGENT = "swarm/0.1.0"
 VALIDATOR_QUORUM = 2  # distinct trusted validators whose failed verdicts ban a worker without a trainer's
 OPINIONS_KEPT = 8192  # commitments whose trusted verdicts we remember
+ACCEPTED = MessageVerdict(True)  # frozen: one instance serves every accepted message
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,6 @@ class PeerCore:
         self.shards = ShardsRole(self, Rng(stable_seed("shards", seed)))  # every peer serves what it holds
         self._heartbeat_seq = -1
         self._probe_seq = -1
-        self._signer_ids: dict[bytes, str] = {}
 
     # ------------------------------------------------------------------ driving
 
@@ -219,12 +219,9 @@ class PeerCore:
     # ------------------------------------------------------------------ gossip intake
 
     def _signer_id(self, public_key: bytes) -> str:
-        peer = self._signer_ids.get(public_key)
-        if peer is None:
-            if len(self._signer_ids) > 8192:
-                self._signer_ids.clear()
-            peer = self._signer_ids[public_key] = peer_id_from_public_key(public_key)
-        return peer
+        # peer_id_from_public_key keeps one bounded cache for the process: a 1,000-core simulation
+        # would otherwise hold a million per-core entries.
+        return peer_id_from_public_key(public_key)
 
     def _on_message(self, now: float, inp: MessageReceived) -> list:
         blame = inp.from_peer
@@ -235,9 +232,9 @@ class PeerCore:
             if not allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"unknown topic {inp.topic[:80]!r}")
             signed = self._open(inp.data)
-            signer = self._signer_id(signed.signer)
+            signer = peer_id_from_public_key(signed.signer)
             if signer == self.peer_id:
-                return [MessageVerdict(True)]  # our own message echoed back: nothing to learn
+                return [ACCEPTED]  # our own message echoed back: nothing to learn
             if signed.kind not in allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
             if self.ledger.is_banned(signer):
@@ -259,7 +256,7 @@ class PeerCore:
         self.ledger.accept(signer, now)
         if inp.from_peer != signer:
             self.ledger.accept(inp.from_peer, now)  # relaying valid traffic is good behaviour too
-        return [MessageVerdict(True)] + effects
+        return [ACCEPTED] + effects
 
     def _penalise(self, now: float, peer: str, rej: Rejected) -> list:
         effects: list = [Emit("message-rejected", {"peer": peer, "reason": rej.reason, "detail": rej.detail[:200]})]

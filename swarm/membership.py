@@ -16,6 +16,7 @@ swarm stays connected when the bootstrap peer dies.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
@@ -27,7 +28,7 @@ ALIVE, GONE, KNOWN = "alive", "gone", "known"
 MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound  # KNOWN: an address we heard of, never a heartbeat
 
 
-@dataclass
+@dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
 class PeerInfo:
     peer_id: str
     state: str = KNOWN
@@ -71,10 +72,18 @@ class MembershipConfig:
 
 
 class Membership:
+    """The peer table. `sweep()` and `maintain()` cost what is due, not the table's size: silence
+    deadlines wait in a heap (`_due`, re-checked exactly when they pop, stale ones skipped) and the
+    connected peers are counted as links open and close (`_linked`)."""
+
     def __init__(self, self_id: str, config: MembershipConfig) -> None:
         self.self_id = self_id
         self.config = config
         self.peers: dict[str, PeerInfo] = {}
+        # (when, peer, last_seen then): when the peer may turn gone (ALIVE) or be forgotten (GONE). An
+        # entry whose last_seen is no longer the peer's is stale (a newer one was pushed).
+        self._due: list[tuple[float, str, float]] = []
+        self._linked: set[str] = set()  # peers with info.connected
 
     # ---- table upkeep
 
@@ -95,10 +104,16 @@ class Membership:
         return True
 
     def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
-        if peer == self.self_id or not addrs:
+        if not addrs:
             return
-        info = self._info(peer)
-        if info is not None and not info.addrs:
+        info = self.peers.get(peer)
+        if info is None:
+            if peer == self.self_id:
+                return
+            info = self._info(peer)
+            if info is None:
+                return
+        if not info.addrs:
             info.addrs = tuple(addrs)[:4]
 
     # ---- inputs
@@ -107,9 +122,11 @@ class Membership:
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
-        info = self._info(peer)
+        info = self.peers.get(peer)
         if info is None:
-            return []
+            info = self._info(peer)
+            if info is None:
+                return []
         if beat.seq <= info.last_seq:
             # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
@@ -124,19 +141,25 @@ class Membership:
         info.versions = dict(beat.versions)
         if beat.listen_addrs:
             info.addrs = beat.listen_addrs[:4]
+        heapq.heappush(self._due, (now + self.gone_threshold(info), peer, now))
+        peers = self.peers
         for known in beat.known_peers:
-            self.learn_addrs(known.peer_id, known.addrs)
+            other = peers.get(known.peer_id)
+            if other is None or not other.addrs:  # the common case, a peer we know with addresses: nothing to do
+                self.learn_addrs(known.peer_id, known.addrs)
         return effects
 
     def on_connected(self, peer: str, addrs: tuple[str, ...]) -> None:
         info = self._info(peer)
         if info is not None:
             info.connected, info.dial_failures = True, 0
+            self._linked.add(peer)
 
     def on_disconnected(self, peer: str) -> None:
         info = self.peers.get(peer)
         if info is not None:
             info.connected = False
+        self._linked.discard(peer)
 
     def on_dial_failed(self, now: float, peer: str) -> None:
         info = self.peers.get(peer)
@@ -149,18 +172,38 @@ class Membership:
     # ---- periodic work
 
     def sweep(self, now: float) -> list:
-        """Mark silent peers gone (closing their links), forget long-gone ones."""
+        """Mark silent peers gone (closing their links), forget long-gone ones.
+
+        Only peers whose deadline in `_due` has come are looked at; each is then judged by the exact
+        rule (silent for more than `gone_threshold`, or gone, unlinked and silent for `forget_after`),
+        and the effects come in peer-id order, as a scan of the sorted table would give them."""
+        due, peers, cfg = self._due, self.peers, self.config
+        slack = 1e-3  # `when` is a float sum; the exact test below decides
+        popped: set[str] = set()
+        while due and due[0][0] <= now + slack:
+            when, peer, seen = heapq.heappop(due)
+            info = peers.get(peer)
+            if info is None or info.last_seen != seen or info.state == KNOWN:
+                continue  # stale: forgotten, heard from since, or re-learned
+            popped.add(peer)
         effects: list = []
-        for peer in sorted(self.peers):
-            info = self.peers[peer]
-            if info.state == ALIVE and info.last_seen is not None and now - info.last_seen > self.gone_threshold(info):
+        later: list[tuple[float, str, float]] = []
+        for peer in sorted(popped):
+            info = peers[peer]
+            if info.state == ALIVE and now - info.last_seen > self.gone_threshold(info):
                 info.state = GONE
-                info.next_dial = now + self.config.dial_backoff  # retried with backoff: a healed partition rejoins
+                info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
                     effects.append(Disconnect(peer, "silent"))
-            elif info.state == GONE and not info.connected and now - (info.last_seen or 0.0) > self.config.forget_after:
-                del self.peers[peer]
+                later.append((info.last_seen + cfg.forget_after, peer, info.last_seen))
+            elif info.state == GONE and not info.connected and now - info.last_seen > cfg.forget_after:
+                del peers[peer]
+            else:  # not quite due (float slack), or gone but still linked: look again later
+                when = info.last_seen + (self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
+                later.append((max(when, now + slack * 2), peer, info.last_seen))
+        for entry in later:
+            heapq.heappush(due, entry)
         return effects
 
     def gone_threshold(self, info: PeerInfo) -> float:
@@ -178,8 +221,7 @@ class Membership:
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
         """Dial known peers until `target_connections` links are open."""
-        connected = sum(1 for p in self.peers.values() if p.connected)
-        missing = self.config.target_connections - connected
+        missing = self.config.target_connections - len(self._linked)
         if missing <= 0:
             return []
         candidates = [p for p in sorted(self.peers) if self._dialable(self.peers[p], now) and not is_banned(p)]

@@ -13,12 +13,21 @@ class TokenBuckets:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
 
     def take(self, key: str, now: float, cost: float = 1.0) -> bool:
-        tokens, last = self._buckets.pop(key, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - last) * self.rate)
+        buckets = self._buckets
+        entry = buckets.pop(key, None)
+        if entry is None:
+            tokens, elapsed = self.burst, 0.0
+        else:
+            tokens, elapsed = entry[0], now - entry[1]
+        if elapsed > 0.0:
+            tokens += elapsed * self.rate
+        if tokens > self.burst:
+            tokens = self.burst
         allowed = tokens >= cost
         if allowed:
             tokens -= cost
-        self._buckets[key] = (tokens, now)
-        while len(self._buckets) > self.capacity:
-            self._buckets.popitem(last=False)
+        buckets[key] = (tokens, now)
+        if len(buckets) > self.capacity:
+            while len(buckets) > self.capacity:
+                buckets.popitem(last=False)
         return allowed

@@ -36,8 +36,10 @@ class GossipStats:
     def on_delivered(self, kind: str, latency: float | None) -> None:
         self.delivered_by_kind[kind] += 1
         if latency is not None:
-            samples = self._latency.setdefault(kind, deque(maxlen=self._latency_samples))
-            samples.append(max(0.0, latency))
+            samples = self._latency.get(kind)
+            if samples is None:
+                samples = self._latency[kind] = deque(maxlen=self._latency_samples)
+            samples.append(latency if latency > 0.0 else 0.0)
 
     def latency_samples(self) -> dict[str, list[float]]:
         return {kind: list(values) for kind, values in sorted(self._latency.items())}

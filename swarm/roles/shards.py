@@ -76,6 +76,9 @@ class ShardsRole(Role):
         return self._carry(now, self.exchange.on_have(now, signer, msg.root, msg.bitmap))
 
     def on_heartbeat(self, now: float, signer: str, versions: dict) -> list:
+        if not self.exchange.downloads:  # nothing to fetch or time (a relay): what _carry([]) would do
+            self.core.timers.cancel("shards:tick")
+            return []
         out: list = []
         for task_id, version in sorted(versions.items()):
             out += self.exchange.on_holder(now, signer, task_id, version)
