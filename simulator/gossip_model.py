@@ -311,24 +311,66 @@ class GossipRouter:
         self.loop.at(arrival, self._arrive, j, i, msg, arrival)
 
     def _arrive(self, j: int, i: int, msg: Msg, arrival: float) -> None:
-        if j in msg.seen or msg.best.get(j) != arrival:
+        seen = msg.seen
+        if j in seen or msg.best.get(j) != arrival:
             return
         del msg.best[j]
         if i not in self.conns[j]:
             self.on_drop(j, msg, i, "link-closed")
             return
-        msg.seen.add(j)
+        seen.add(j)
         if not self.validate(j, msg, i):
             return
-        self._cache(j, msg)
+        cache = self.mcache[j]
+        if not cache:
+            self._active[j % PHASES].add(j)
+        cache.append((self.loop.now, msg))
         if self.withhold[j]:
             return
         mesh = self.mesh[j].get(msg.topic)
         if mesh:
-            origin = msg.origin
-            for k in sorted(mesh):
-                if k != i and k != origin:
-                    self._send(j, k, msg)
+            self._forward(j, i, msg, sorted(mesh))
+
+    def _forward(self, j: int, i: int, msg: Msg, targets: list[int]) -> None:
+        """Eager push to the mesh: `_send` for each target but `i` (the sender) and the origin, inlined
+        (this is the innermost loop of a big run; same arithmetic in the same order)."""
+        net, loop = self.net, self.loop
+        now = loop.now
+        size = msg.size + FRAME_OVERHEAD
+        up, side_j, lat_j, origin = net.up_Bps[j], net.side[j], net.latency[net.region[j]], msg.origin
+        down_Bps, side, region, extra, bytes_in = net.down_Bps, net.side, net.region, net.extra_delay, net.bytes_in
+        seen, best = msg.seen, msg.best
+        free = net.up_free[j]
+        sent = 0
+        for k in targets:
+            if k == i or k == origin:
+                continue
+            down = down_Bps[k]
+            start = free if free >= now else now
+            free = start + size / (up if up < down else down)
+            sent += size
+            if side[k] != side_j:
+                if k not in seen:
+                    net.up_free[j] = free
+                    self.on_drop(k, msg, j, "partition")
+                continue
+            if k in seen:
+                bytes_in[k] += size
+                continue  # a duplicate: it only costs bytes
+            if net.loss > 0.0 and net.rng.random() < net.loss:
+                net.frames_lost += 1
+                net.up_free[j] = free
+                self.on_drop(k, msg, j, "lost")
+                continue
+            bytes_in[k] += size
+            arrival = free + lat_j[region[k]] + extra[k]
+            earlier = best.get(k)
+            if earlier is not None and earlier <= arrival:
+                continue  # an earlier copy is already on its way
+            best[k] = arrival
+            loop.at(arrival, self._arrive, k, j, msg, arrival)
+        net.up_free[j] = free
+        net.bytes_out[j] += sent
 
     def _cache(self, i: int, msg: Msg) -> None:
         cache = self.mcache[i]
@@ -366,11 +408,16 @@ class GossipRouter:
             while cache and cache[0][0] <= horizon:
                 cache.popleft()
             gossip_from = now - cfg.history_gossip * cfg.heartbeat
-            by_topic: dict[str, list[Msg]] = {}
-            for at, msg in cache:
-                if at > gossip_from:
+            if cache and cache[-1][0] > gossip_from and not self.withhold[i]:
+                # The cache is in time order: the messages to offer are its tail.
+                recent = []
+                for entry in reversed(cache):
+                    if entry[0] <= gossip_from:
+                        break
+                    recent.append(entry[1])
+                by_topic: dict[str, list[Msg]] = {}
+                for msg in reversed(recent):
                     by_topic.setdefault(msg.topic, []).append(msg)
-            if not self.withhold[i]:
                 for topic in sorted(by_topic):
                     self._emit_ihave(i, topic, by_topic[topic][-cfg.max_ihave_length:])
         return self.dirty[i] or bool(cache) or bool(self.fanout[i])
@@ -378,21 +425,35 @@ class GossipRouter:
     def _emit_ihave(self, i: int, topic: str, msgs: list[Msg]) -> None:
         mesh = self.mesh[i].get(topic, ())
         fanout = self.fanout[i].get(topic, ())
-        eligible = [j for j in sorted(self.conns[i]) if j not in mesh and j not in fanout and topic in self.subs[j]]
+        subs = self.subs
+        eligible = [j for j in sorted(self.conns[i]) if j not in mesh and j not in fanout and topic in subs[j]]
         if not eligible:
             return
         n = max(self.cfg.Dlazy, int(self.cfg.gossip_factor * len(eligible)))
         targets = eligible if n >= len(eligible) else self.rng.sample(eligible, n)
-        size = 16 + IHAVE_ID_BYTES * len(msgs)
-        now = self.loop.now
+        size = 16 + IHAVE_ID_BYTES * len(msgs) + FRAME_OVERHEAD
+        self.control_frames += len(targets)
+        # Network.frame, inlined: one IHAVE per target, queued on i's uplink.
+        net, loop = self.net, self.loop
+        now = loop.now
+        up, side_i, lat_i = net.up_Bps[i], net.side[i], net.latency[net.region[i]]
+        down_Bps, side, region, extra, bytes_in = net.down_Bps, net.side, net.region, net.extra_delay, net.bytes_in
+        free = net.up_free[i]
         for j in targets:
-            arrival = self.net.frame(now, i, j, size)
-            self.control_frames += 1
-            if arrival < 0.0:
+            down = down_Bps[j]
+            start = free if free >= now else now
+            free = start + size / (up if up < down else down)
+            if side[j] != side_i:
                 continue
+            if net.loss > 0.0 and net.rng.random() < net.loss:
+                net.frames_lost += 1
+                continue
+            bytes_in[j] += size
             missing = [m for m in msgs if j not in m.seen]
             if missing:
-                self.loop.at(arrival, self._on_ihave, j, i, missing)
+                loop.at(free + lat_i[region[j]] + extra[j], self._on_ihave, j, i, missing)
+        net.up_free[i] = free
+        net.bytes_out[i] += size * len(targets)
 
     def _on_ihave(self, j: int, i: int, msgs: list[Msg]) -> None:
         if i not in self.conns[j]:

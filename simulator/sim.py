@@ -109,6 +109,7 @@ class Simulation:
         self.content = Content()
         self.nodes: list[Node] = []
         self.by_id: dict[str, int] = {}
+        self.pids: list[str] = []  # peer index -> peer id
         self.live: set[int] = set()
         self.jobs = self._job_registry()
         self.controllers: dict[str, adversaries.GroupController] = {}
@@ -179,6 +180,7 @@ class Simulation:
                     rng=Rng(stable_seed("swarm-sim", self.seed, "peer", index)))
         self.nodes.append(node)
         self.by_id[identity.peer_id] = index
+        self.pids.append(identity.peer_id)
         self.net.add_peer(region, LinkProfile(group.up_mbps * 1e6, group.down_mbps * 1e6))
         self.router.add_peer()
         self.trace.record(self.loop.now, index, "peer", {
@@ -282,28 +284,37 @@ class Simulation:
     def _validate(self, j: int, msg: Msg, i: int) -> bool:
         """The router hands a first arrival to peer j's core; its verdict decides forwarding."""
         node = self.nodes[j]
-        effects = node.core.handle(EPOCH + self.loop.now + node.skew, MessageReceived(msg.topic, msg.data,
-                                                                                     self.nodes[i].identity.peer_id))
-        self.counts["core_calls"] += 1
-        self.counts["deliveries"] += 1
+        now = self.loop.now
+        effects = node.core.handle(EPOCH + now + node.skew, MessageReceived(msg.topic, msg.data, self.pids[i]))
+        counts = self.counts
+        counts["core_calls"] += 1
+        counts["deliveries"] += 1
         verdict = effects[0]
         accepted = verdict.accepted
         if accepted:
             # Hand-built canonical JSON (sorted keys): this is the hottest record.
-            self.trace.record_raw(self.loop.now, j, "deliver", f'{{"from":{i},"m":"{msg.hex}"}}',
+            self.trace.record_raw(now, j, "deliver", f'{{"from":{i},"m":"{msg.hex}"}}',
                                   {"from": i, "m": msg.hex} if self._observe_deliver else None)
             if node.behaviour is not None:
                 node.behaviour.on_accepted(self, node, msg.topic, msg.data)
         else:
             self.counts["rejected"] += 1
-            self.trace.record(self.loop.now, j, "reject", {"m": msg.hex, "from": i, "why": verdict.reason})
+            self.trace.record(now, j, "reject", {"m": msg.hex, "from": i, "why": verdict.reason})
         if len(effects) > 1:
             handlers = self._effect_handlers
             for effect in effects[1:]:
                 handlers[type(effect)](j, effect)
                 if not node.up:
                     return accepted
-        self._schedule_tick(node)
+        # _schedule_tick, inlined (once per delivery)
+        deadline = node.core.next_deadline()
+        if deadline is None:
+            node.tick_at = None
+        else:
+            at = deadline - EPOCH - node.skew
+            if at != node.tick_at:
+                node.tick_at = at
+                self.loop.at(at, self._tick, node, node.incarnation, at)
         return accepted
 
     def _on_drop(self, j: int, msg: Msg, i: int, why: str) -> None:
@@ -609,7 +620,9 @@ class Simulation:
         if len(fields) == 1:
             peer = fields.get("peer")
             if type(peer) is str and peer.isalnum():  # the many peer-alive/-connected events: skip json
-                self.trace.record_raw(self.loop.now, i, "emit." + e.event, f'{{"peer":"{peer}"}}', dict(fields))
+                kind = "emit." + e.event
+                self.trace.record_raw(self.loop.now, i, kind, f'{{"peer":"{peer}"}}',
+                                      dict(fields) if self.trace.observed(kind) else None)
                 return
         self.trace.record(self.loop.now, i, "emit." + e.event, dict(fields))
 
