@@ -59,10 +59,15 @@ class SwarmingConfig:
 
 
 class _Flow:
-    __slots__ = ("src", "dst", "remaining", "rate", "t", "gen", "done")
+    __slots__ = ("src", "dst", "remaining", "rate", "t", "gen", "done", "seq")
 
-    def __init__(self, src, dst, size, done):
+    def __init__(self, src, dst, size, done, seq):
         self.src, self.dst, self.remaining, self.rate, self.t, self.gen, self.done = src, dst, float(size), 0.0, 0.0, 0, done
+        self.seq = seq  # creation order: flows are rerated in this order, never in set (memory address) order
+
+
+def _seq(f: _Flow) -> int:
+    return f.seq
 
 
 class _Net:
@@ -81,7 +86,8 @@ class _Net:
         heapq.heappush(self.heap, (when, self.seq, fn, args))
 
     def transfer(self, src, dst, size, done):
-        f = _Flow(src, dst, size, done)
+        self.seq += 1
+        f = _Flow(src, dst, size, done, self.seq)
         f.t = self.now
         self.out[src].add(f)
         self.inn[dst].add(f)
@@ -89,7 +95,7 @@ class _Net:
 
     def _rerate(self, flows):
         now = self.now
-        for f in flows:
+        for f in sorted(flows, key=_seq):
             f.remaining -= f.rate * (now - f.t)
             f.t = now
             f.rate = min(self.Bps / len(self.out[f.src]), self.Bps / len(self.inn[f.dst]))
