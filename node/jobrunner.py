@@ -35,6 +35,7 @@ from swarm.io import JobFinished, RunJob
 
 MAX_QUEUE = 64
 STOP_GRACE = 3.0
+POLITE_STOP = 1.0  # how long a child gets to finish a deferred save and exit before SIGTERM
 POLL = 0.2  # how often the reading thread checks whether it should give up
 RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a child that keeps dying
 
@@ -193,7 +194,7 @@ class JobRunner:
                 conn.send(None)  # a polite stop between jobs
             except Exception:
                 pass
-            with trio.move_on_after(0.2):
+            with trio.move_on_after(POLITE_STOP):
                 while proc.is_alive():
                     await trio.sleep(0.02)
         if proc.is_alive():
@@ -245,8 +246,8 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "") -> None
         conn.send(("fatal", f"the job process cannot start: {type(exc).__name__}: {exc}"))
         raise SystemExit(3)
     current = {"id": None}
-    worker = JobWorker(Path(blob_dir), Path(state_dir),
-                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))), malicious=malicious)
+    worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, malicious=malicious,
+                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
     conn.send(("ready",))
     while True:
         try:
@@ -273,4 +274,8 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "") -> None
             conn.send(answer)
         except Exception as exc:  # an unpicklable result
             conn.send(("done", job_id, False, None, f"{kind} job result could not be sent: {exc}"))
+        try:  # e.g. a trainer's optimizer moments: written while the core publishes the version
+            worker.flush()
+        except Exception:  # the answer is out; the next job's own flush finds nothing left to retry
+            traceback.print_exc()
 

@@ -59,7 +59,7 @@ class _Trainer:
 
 class JobWorker:
     def __init__(self, blob_dir: Path, state_dir: Path,
-                 progress: Callable[[dict], None] | None = None, malicious: str = "") -> None:
+                 progress: Callable[[dict], None] | None = None, malicious: str = "", defer_saves: bool = False) -> None:
         self.blobs = BlobDir(blob_dir)
         self.versions = Versions(self.blobs, Path(blob_dir).parent / "shards")  # the node's shard store
         self.state_dir = Path(state_dir)
@@ -68,12 +68,26 @@ class JobWorker:
         self._policies: OrderedDict[bytes, tuple] = OrderedDict()  # weights hash -> (model, tokenizer)
         self._trainers: dict[str, _Trainer] = {}
         self._seen: dict[str, OrderedDict] = {}  # task -> content digests of batches that passed verify
+        self.defer_saves = defer_saves  # the job process: saves that need not precede the answer wait for `flush`
+        self._deferred: list[Callable[[], None]] = []
         self.cheat = None
         if malicious:  # demonstrations and tests only: trainer/cheats.py
             from trainer.cheats import Cheater
             self.cheat = Cheater(malicious)
 
+    def _later(self, save: Callable[[], None]) -> None:
+        if self.defer_saves:
+            self._deferred.append(save)
+        else:
+            save()
+
+    def flush(self) -> None:
+        """Run the saves the last job deferred. Every job starts with this, so no job sees stale state."""
+        while self._deferred:
+            self._deferred.pop(0)()
+
     def run(self, kind: str, payload):
+        self.flush()
         handlers = {jobs.INIT: self.init, jobs.GENERATE: self.generate, jobs.TRAIN: self.train,
                     jobs.VERIFY: self.verify, jobs.UNPACK: self.unpack}
         handler = handlers.get(kind)
@@ -272,9 +286,13 @@ class JobWorker:
         master = weights_bytes(st.model)
         digest, size, manifest = self.versions.publish(task, state_of_blob(master), job.weights,
                                                        job.parent_root, job.parent_depth)
-        self.versions.save_master(self._state_path(task.task_id), digest, master)
-        st.version, st.weights = job.version + 1, digest
-        trainstate.save(self._state_path(task.task_id), st.optimizer, st.version, digest)
+        path, version = self._state_path(task.task_id), job.version + 1
+        self.versions.save_master(path, digest, master)
+        trainstate.save_version(path, version, digest)
+        st.version, st.weights = version, digest
+        # the moments (about 8 bytes per parameter) are written after the answer when the job process
+        # defers saves: off the critical path, and before the next job reads them (see `flush`)
+        self._later(lambda: trainstate.save(path, st.optimizer, version, digest))
         stats["train_s"] = time.monotonic() - t0
         return jobs.VersionResult(st.version, digest, size, stats, manifest)
 

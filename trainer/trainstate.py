@@ -1,12 +1,16 @@
 """The trainer's durable state per task: optimizer moments tied to the version they belong to.
 
 Layout of `state_dir/<task>/`:
+    trainer.json                     {"version", "weights" (hex)}: the last version published
     optimizer-<hash16>.safetensors   Adam state tensors ("state.<param>.<name>"), param groups in metadata
-    trainer.json                     {"version", "weights" (hex), "optimizer" (file name), "optimizer_hash"}
-The optimizer file is written first, `trainer.json` last (both atomically), so a crash at any point
-leaves either the previous consistent pair or the new one. Optimizer state is only loaded for the
-exact (version, weights) it was saved with: moments of another version would be wrong, not stale.
-Safetensors rather than torch.save: loading never unpickles anything.
+    optimizer.json                   {"version", "weights", "optimizer" (file name), "optimizer_hash"}
+Every file is written atomically. `trainer.json` is written before a version is published (`save_version`);
+the moments may be written a moment later (`save`: the job process does it after answering, off the
+trainer's critical path), optimizer file first and `optimizer.json` last, so a crash at any point leaves
+either the previous consistent pair or the new one. Optimizer state is only loaded for the exact
+(version, weights) it was saved with: moments of another version would be wrong, not stale, so a crash
+between publishing a version and saving its moments costs the resumed trainer its moments, never its
+version. Safetensors rather than torch.save: loading never unpickles anything.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 import torch
 
 STATE_FILE = "trainer.json"
+OPTIMIZER_FILE = "optimizer.json"
 
 
 class StateError(RuntimeError):
@@ -48,6 +53,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def save_version(directory: Path, version: int, weights: bytes) -> None:
+    """Record the version about to be published (what a restarted trainer resumes from)."""
+    _write_atomic(Path(directory) / STATE_FILE,
+                  json.dumps({"version": version, "weights": bytes(weights).hex()}).encode())
+
+
 def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weights: bytes) -> None:
     from safetensors.torch import save as st_save
 
@@ -66,22 +77,26 @@ def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weight
     directory = Path(directory)
     _write_atomic(directory / name, data)
     record = {"version": version, "weights": bytes(weights).hex(), "optimizer": name, "optimizer_hash": digest}
-    _write_atomic(directory / STATE_FILE, json.dumps(record).encode())
+    _write_atomic(directory / OPTIMIZER_FILE, json.dumps(record).encode())
     for old in directory.glob("optimizer-*.safetensors"):
         if old.name != name:
             old.unlink(missing_ok=True)
 
 
 def saved(directory: Path) -> dict | None:
-    path = Path(directory) / STATE_FILE
+    """The last published version's record ({"version", "weights"}), or None."""
+    return _record(Path(directory) / STATE_FILE, {"version", "weights"})
+
+
+def _record(path: Path, keys: set[str]) -> dict | None:
     try:
         record = json.loads(path.read_text())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise StateError(f"{path} is unreadable ({exc}); delete it to start the optimizer afresh") from None
-    if not isinstance(record, dict) or not {"version", "weights", "optimizer", "optimizer_hash"} <= set(record):
-        raise StateError(f"{path} is not a trainer state file; delete it to start the optimizer afresh")
+        raise StateError(f"{path} is unreadable ({exc}); delete it to start afresh") from None
+    if not isinstance(record, dict) or not keys <= set(record):
+        raise StateError(f"{path} is not a trainer state file; delete it to start afresh")
     return record
 
 
@@ -90,23 +105,23 @@ def load_if_matching(directory: Path, optimizer: torch.optim.Optimizer, version:
     weights; returns whether it did."""
     from safetensors.torch import load as st_load
 
-    record = saved(directory)
+    record = _record(Path(directory) / OPTIMIZER_FILE, {"version", "weights", "optimizer", "optimizer_hash"})
     if record is None or record["version"] != version or record["weights"] != bytes(weights).hex():
         return False
     path = Path(directory) / str(record["optimizer"])
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise StateError(f"{path} is missing ({exc}); delete {STATE_FILE} beside it to start afresh") from None
+        raise StateError(f"{path} is missing ({exc}); delete {OPTIMIZER_FILE} beside it to start afresh") from None
     if hashlib.blake2b(data, digest_size=32).hexdigest() != record["optimizer_hash"]:
-        raise StateError(f"{path} is corrupt (hash mismatch); delete it and {STATE_FILE} to start afresh")
+        raise StateError(f"{path} is corrupt (hash mismatch); delete it and {OPTIMIZER_FILE} to start afresh")
     try:
         tensors = st_load(data)
         meta = _metadata(data)
         groups = json.loads(meta["param_groups"])
         scalars = json.loads(meta["scalars"])
     except Exception as exc:  # safetensors and json raise several types on garbage
-        raise StateError(f"{path} is unreadable ({exc}); delete it and {STATE_FILE} to start afresh") from None
+        raise StateError(f"{path} is unreadable ({exc}); delete it and {OPTIMIZER_FILE} to start afresh") from None
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         _, pid, name = key.split(".", 2)
@@ -121,7 +136,7 @@ def load_if_matching(directory: Path, optimizer: torch.optim.Optimizer, version:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError, RuntimeError) as exc:
         raise StateError(f"{path} does not fit this model's optimizer ({exc}); delete it and "
-                         f"{STATE_FILE} to start afresh") from None
+                         f"{OPTIMIZER_FILE} to start afresh") from None
     return True
 
 

@@ -1,6 +1,7 @@
 """A trainer restarted on its data dirs resumes: init answers the last version it published (not
 version 0), and the next step is bit-identical to the one the stopped trainer would have taken."""
 
+import json
 import shutil
 
 import pytest
@@ -45,3 +46,25 @@ def test_a_corrupt_state_file_is_a_clear_error(tmp_path):
     (tmp_path / "state" / "t-jobs" / "trainer.json").write_text("{half a record")
     with pytest.raises(JobError, match="unreadable.*delete it"):
         JobWorker(tmp_path / "blobs", tmp_path / "state").run("init", InitJob(TASK, seed=7))
+
+
+def test_a_job_process_writes_moments_after_answering_and_a_crash_before_costs_only_the_moments(tmp_path):
+    blobs, state = tmp_path / "blobs", tmp_path / "state"
+    worker = JobWorker(blobs, state, defer_saves=True)  # as in node/jobrunner.py's job process
+    v0 = worker.run("init", InitJob(TASK, seed=7))
+    rollouts = tuple(worker.run("generate", GenerateJob(TASK, 0, v0.weights, p, 4, WORKER)).blob
+                     for p in ((1, 2), (3, 4), (5, 6), (7, 8)))
+    v1 = worker.run("train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0))
+    task_dir = state / "t-jobs"
+    assert json.loads((task_dir / "trainer.json").read_text())["version"] == 1  # before the answer
+    assert not (task_dir / "optimizer.json").exists()  # not yet: the answer goes first
+    shutil.copytree(state, tmp_path / "crashed")  # the process dies right after answering
+    worker.flush()
+    assert json.loads((task_dir / "optimizer.json").read_text())["version"] == 1
+
+    crashed = JobWorker(blobs, tmp_path / "crashed")
+    again = crashed.run("init", InitJob(TASK, seed=7))
+    assert (again.version, again.weights) == (1, v1.weights)  # the version is never lost
+    job2 = TrainJob(TASK, 1, v1.weights, rollouts, again.manifest["root"], 0)
+    fresh = crashed.run("train", job2)  # fresh moments: a valid step, not the bit-identical one
+    assert fresh.version == 2 and fresh.weights != worker.run("train", job2).weights
