@@ -11,7 +11,11 @@ Three parts (each can be skipped):
   localhost    real `swarm-node` processes on 127.0.0.1 (node/shardbench.py): a seed publishes a
                `--size-mb` version (incompressible bytes); 1, 4 and 8 `mirror` peers fetch it through
                the shard exchange. Time until every peer holds it, and the ratio to the 1-peer time;
-               next to a star (the peers are `leech`es: only the seed serves).
+               next to a star (the peers are `leech`es: only the seed serves). Twice: with every peer
+               on an emulated uplink (`--upload-mbps`, default 10 Mbit/s, node/uplink.py; the sum of
+               all uplinks stays below what 2 cores encrypt, so the protocol is measured, as the
+               simulator's links do) and unthrottled (then all peers share this machine's CPU: the
+               time is total bytes moved / aggregate Noise+yamux throughput). Load averages recorded.
   simulator    simulator/swarming.py: the same exchange state machine over a bandwidth model, 100 and
                1,000 peers on 50 Mbit/s links: time until 95% hold the version, as a ratio to
                size / bandwidth, next to the star (simulated at 100 peers; at 1,000 the star's origin
@@ -130,19 +134,24 @@ def smollm2_step() -> tuple[dict, dict, dict]:
 # ---------------------------------------------------------------- localhost
 
 
-def localhost(size_mb: float, counts: list[int]) -> dict:
+def localhost(size_mb: float, counts: list[int], upload_mbps: float | None = None,
+              modes: tuple[str, ...] = ("swarm", "star")) -> dict:
     from node.shardbench import run_localhost
 
-    out: dict = {"size_mb": size_mb}
+    out: dict = {"size_mb": size_mb, "upload_mbps": upload_mbps, "loadavg_before": list(os.getloadavg())}
     with tempfile.TemporaryDirectory(prefix="swarm-weights-") as tmp:
-        for mode in ("swarm", "star"):
+        for mode in modes:
             rows = {}
             for n in counts:
-                _say(f"localhost {mode} {n} peers, {size_mb} MB")
-                rows[n] = run_localhost(n, size_mb, mode, Path(tmp) / f"{mode}{n}", timeout=600)
+                _say(f"localhost {mode} {n} peers, {size_mb} MB, uplink {upload_mbps or 'unthrottled'}")
+                rows[n] = run_localhost(n, size_mb, mode, Path(tmp) / f"{mode}{n}", timeout=900, upload_mbps=upload_mbps)
+                rows[n]["loadavg"] = [round(x, 2) for x in os.getloadavg()]
             base = rows[counts[0]]["reach_all_s"]
             out[mode] = {str(n): {"reach_all_s": r["reach_all_s"], "ratio_to_single": round(r["reach_all_s"] / base, 3),
-                                  "shards_served_by_peers": r["shards_served_by_peers"]} for n, r in rows.items()}
+                                  "shards_served_by_peers": r["shards_served_by_peers"], "loadavg_after": r["loadavg"]}
+                         for n, r in rows.items()}
+    if upload_mbps:
+        out["single_transfer_bound_s"] = round(size_mb * 8 / upload_mbps, 2)
     return out
 
 
@@ -186,6 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--local-peers", default="1,4,8")
     ap.add_argument("--sim-peers", default="100,1000")
     ap.add_argument("--mbps", type=float, default=50.0)
+    ap.add_argument("--upload-mbps", type=float, default=10.0,
+                    help="localhost: every peer's emulated uplink, Mbit/s (0: only the unthrottled runs)")
+    ap.add_argument("--local-size-mb", type=float, default=None,
+                    help="localhost emulated-link runs: version size (default --size-mb)")
+    ap.add_argument("--skip-unthrottled", action="store_true", help="localhost: only the emulated-link runs")
     args = ap.parse_args(argv)
     out: dict = {}
     if not args.skip_compression:
@@ -201,8 +215,12 @@ def main(argv: list[str] | None = None) -> None:
             out["compression"]["smollm2_135m"] = {**info, **wire_ratio(v0, v1)}
         out["compression"]["target_delta_wire_ratio"] = 0.25
     if not args.skip_localhost:
-        out["localhost"] = localhost(args.size_mb, [int(x) for x in args.local_peers.split(",")])
-        out["localhost"]["target_ratio_at_8"] = 2.0
+        counts = [int(x) for x in args.local_peers.split(",")]
+        out["localhost"] = {"target_ratio_at_8": 2.0}
+        if args.upload_mbps:
+            out["localhost"]["emulated_link"] = localhost(args.local_size_mb or args.size_mb, counts, args.upload_mbps)
+        if not args.skip_unthrottled:
+            out["localhost"]["unthrottled"] = localhost(args.size_mb, counts)
     if not args.skip_sim:
         out["simulator"] = simulator([int(x) for x in args.sim_peers.split(",")], args.size_mb, args.mbps, star_max=100)
         out["simulator"]["target_ratio_95"] = 1.5

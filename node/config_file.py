@@ -21,6 +21,7 @@ File keys (flat, top level):
     log_format = "text"            # "text" or "json"
     metrics_port = 9464            # integer 1..65535; Prometheus text on 127.0.0.1 (off when absent)
     malicious = "other-model"      # demonstrations and tests only: this peer's jobs cheat (see --help)
+    upload_mbps = 8.0              # Mbit/s: emulate a slow uplink for shard answers (benchmarks; off when absent)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "log_format": "text",
     "metrics_port": None,
     "malicious": "",
+    "upload_mbps": None,
 }
 LOG_FORMATS = ("text", "json")
 
@@ -71,6 +73,9 @@ def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "
     p.add_argument("--log-format", choices=LOG_FORMATS, default=S, help="text (default) or json lines")
     p.add_argument("--metrics-port", type=int, default=S, metavar="PORT",
                    help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
+    p.add_argument("--upload-mbps", type=float, default=S, metavar="MBPS",
+                   help="emulate an uplink of MBPS Mbit/s for shard answers, as the simulator models links "
+                        "(localhost benchmarks: peers sharing one CPU; default: off)")
     from swarm.jobs import MALICIOUS  # light: dataclasses only
     p.add_argument("--malicious", choices=MALICIOUS, default=S, metavar="KIND",
                    help="for demonstrations and tests: this peer cheats; KIND is one of " + ", ".join(MALICIOUS))
@@ -124,6 +129,12 @@ def check_value(key: str, value: Any, where: str = "config") -> Any:
         if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
             raise bad("a positive number of seconds")
         return float(value)
+    if key == "upload_mbps":
+        if value is None:
+            return None
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            raise bad("a positive number of Mbit/s")
+        return float(value)
     if key == "malicious":
         from swarm.jobs import MALICIOUS
         if value != "" and value not in MALICIOUS:
@@ -162,7 +173,7 @@ def node_config(settings: dict[str, Any]):
                       bootstrap=settings["bootstrap"], join=tuple(settings["join"]), roles=tuple(settings["roles"]),
                       heartbeat_interval=settings["heartbeat"], gone_after=settings["gone_after"],
                       log_format=settings["log_format"], metrics_port=settings["metrics_port"],
-                      malicious=settings["malicious"])
+                      malicious=settings["malicious"], upload_mbps=settings["upload_mbps"])
 
 
 def render(settings: dict[str, Any], fmt: str = "toml") -> str:

@@ -43,6 +43,7 @@ class CoreDriver:
         self.blobs = blobs  # node.blobstore.BlobStore: where StoreBlob effects land and blobs are served from
         self.records = records  # node.records.Records: the durable log of what this peer did
         self.shards = shards  # node.shardstore.ShardDir: weight shards, stored, served and resumed from
+        self.uplink = None  # node.uplink.Uplink: shard answers leave at an emulated upload rate (off: None)
         self.counters: Counter = Counter()
         self.banned: set[str] = set()
         self._publish_send, self._publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
@@ -97,6 +98,8 @@ class CoreDriver:
         respond: Respond = slot.value
         if protocol == protocols.SHARD and respond.error is not None:
             return encode_error(respond.error)  # in band: "busy" and "not-found" must reach the asker
+        if protocol == protocols.SHARD and self.uplink is not None:
+            await self.uplink.send(len(respond.data))  # an emulated per-peer uplink (node/uplink.py)
         if respond.error is not None:
             raise RequestError(respond.error)  # the adapter resets the stream; the asker sees a failure
         return respond.data

@@ -61,6 +61,9 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                                        malicious=cfg.malicious)
                     await nursery.start(checks.run)
                     driver.check_runner = checks
+            if cfg.upload_mbps is not None:
+                from node.uplink import Uplink
+                driver.uplink = Uplink(cfg.upload_mbps)
             host.set_validator(driver.validate)
             host.on_peer_event(driver.on_peer_event)
             host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))

@@ -8,6 +8,11 @@ and publishes the signed manifest (control command `publish-version`). `peers` o
 `mirror` role: they download the version through the shard exchange from everyone who has it, and
 record `shards-complete` with a wall-clock timestamp. `mode="star"` runs them as `leech`es (download
 only, serve nothing): the single-origin baseline. Every process is stopped by PID before returning.
+
+`upload_mbps` gives every process (the seed too) an emulated uplink for shard answers (node/uplink.py,
+`swarm-node start --upload-mbps`): all peers share this machine's cores, so unthrottled the swarm
+measures the aggregate Noise + yamux throughput of the CPU; with uplinks whose sum the cores can
+carry, it measures the protocol, as the simulator's per-peer links do.
 """
 
 from __future__ import annotations
@@ -44,22 +49,23 @@ def _wait(what: str, cond, timeout: float, every: float = 0.2):
 
 
 def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout: float = 300.0,
-                  shard_size: int = SHARD, base_port: int = 0) -> dict:
+                  shard_size: int = SHARD, base_port: int = 0, upload_mbps: float | None = None) -> dict:
     if mode not in ("swarm", "star"):
         raise ValueError("mode is 'swarm' or 'star'")
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
+    link = ["--upload-mbps", str(upload_mbps)] if upload_mbps else []  # every peer, the seed included
     procs = []
     try:
         seed_dir = workdir / "seed"
         proc, addr = start_peer(["--bootstrap", "--port", str(base_port), "--data-dir", str(seed_dir),
-                                 "--roles", "relay"], seed_dir / "node.log")
+                                 "--roles", "relay", *link], seed_dir / "node.log")
         procs.append(proc)
         dirs = []
         for i in range(peers):
             d = workdir / f"peer{i}"
             proc, _ = start_peer(["--join", addr, "--port", "0", "--data-dir", str(d),
-                                  "--roles", "mirror" if mode == "swarm" else "leech"], d / "node.log")
+                                  "--roles", "mirror" if mode == "swarm" else "leech", *link], d / "node.log")
             procs.append(proc)
             dirs.append(d)
         table = {"task": {"name": "weights-bench", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
@@ -100,7 +106,7 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
                 if not f.name.startswith("."):
                     assert _hash(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
         served = {d.name: call(d, "status")["host"]["driver"].get("shards-served", 0) for d in dirs}
-        return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards),
+        return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards), "upload_mbps": upload_mbps,
                 "reach_all_s": round(max(times.values()), 3), "per_peer_s": {k: round(v, 3) for k, v in sorted(times.items())},
                 "shards_served_by_peers": sum(served.values())}
     finally:
