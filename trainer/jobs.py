@@ -283,6 +283,7 @@ class JobWorker:
                  "completions_used": float(built.used)}
         if built.batch is not None:
             stats.update(grpo_step(st.model, st.optimizer, built.batch, cfg))
+        stats["grpo_s"] = time.monotonic() - t0  # the rest of train_s packs and saves the version
         master = weights_bytes(st.model)
         digest, size, manifest = self.versions.publish(task, state_of_blob(master), job.weights,
                                                        job.parent_root, job.parent_depth)
