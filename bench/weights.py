@@ -158,7 +158,7 @@ def localhost(size_mb: float, counts: list[int], upload_mbps: float | None = Non
 # ---------------------------------------------------------------- simulator
 
 
-def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int) -> dict:
+def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int, shard_mb: float = 1.0) -> dict:
     from simulator.swarming import SwarmingConfig, run_swarming
 
     out: dict = {}
@@ -166,12 +166,12 @@ def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int
     for n in peer_counts:
         _say(f"simulator swarm {n} peers")
         t0 = time.monotonic()
-        swarm = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="swarm"))
+        swarm = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="swarm", shard_mb=shard_mb))
         swarm["wall_s"] = round(time.monotonic() - t0, 1)
         bound = swarm["lower_bound_s"]
         if n <= star_max:
             _say(f"simulator star {n} peers")
-            star = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="star"))
+            star = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="star", shard_mb=shard_mb))
             star["model"] = "simulated"
             star100 = star
         else:
@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--local-peers", default="1,4,8")
     ap.add_argument("--sim-peers", default="100,1000")
     ap.add_argument("--mbps", type=float, default=50.0)
+    ap.add_argument("--sim-shard-mb", type=float, default=1.0, help="simulator: shard size in MiB (task default 1)")
     ap.add_argument("--upload-mbps", type=float, default=10.0,
                     help="localhost: every peer's emulated uplink, Mbit/s (0: only the unthrottled runs)")
     ap.add_argument("--local-size-mb", type=float, default=None,
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> None:
         if not args.skip_unthrottled:
             out["localhost"]["unthrottled"] = localhost(args.size_mb, counts)
     if not args.skip_sim:
-        out["simulator"] = simulator([int(x) for x in args.sim_peers.split(",")], args.size_mb, args.mbps, star_max=100)
+        out["simulator"] = simulator([int(x) for x in args.sim_peers.split(",")], args.size_mb, args.mbps, star_max=100,
+                                     shard_mb=args.sim_shard_mb)
         out["simulator"]["target_ratio_95"] = 1.5
     print(json.dumps(out, indent=2))
 
