@@ -48,7 +48,8 @@ class SwarmingConfig:
     # answers "busy" at once and the asker turns to another holder: 2.03x -> 1.79x at 100 peers, 1 MiB),
     # haves batched for 0.1 s. Neither latency (1 ms: 2.0x) nor have batching (0 s: 2.05x) is what costs
     # at 1 MiB: it is how long one shard takes per hop while uplinks are shared (1 MiB at 1/8 of 50 Mbit/s
-    # is 1.3 s; a shard the origin sends last needs ~log2(N) hops); 256 KiB shards reach 1.45x at 100.
+    # is 1.3 s; a shard the origin sends last needs ~log2(N) hops); 256 KiB shards: 1.59x at 100 (1.45x
+    # with max_in_flight 16).
     per_peer: int = 1
     max_in_flight: int = 8
     have_interval: float = 0.1
