@@ -132,8 +132,8 @@ class JobWorker:
         return jobs.VersionResult(0, digest, size, stats, manifest)
 
     def _resume(self, task: jobs.TaskSpec) -> jobs.VersionResult | None:
-        """The last version this trainer published for `task` (trainer.json in its state dir, the
-        weights in its blob store), published again as a full version: peers that rejoin may hold
+        """The last version this trainer trained for `task` (trainer.json in its state dir, written
+        just before the version is published; the weights in its blob store), published again as a full version: peers that rejoin may hold
         none of its ancestors. The next train job continues from the saved master weights and
         optimizer moments (`_trainer`), so a stopped run resumes where it stopped."""
         record = trainstate.saved(self._state_path(task.task_id))
