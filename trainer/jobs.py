@@ -133,9 +133,10 @@ class JobWorker:
 
     def _resume(self, task: jobs.TaskSpec) -> jobs.VersionResult | None:
         """The last version this trainer trained for `task` (trainer.json in its state dir, written
-        just before the version is published; the weights in its blob store), published again as a full version: peers that rejoin may hold
-        none of its ancestors. The next train job continues from the saved master weights and
-        optimizer moments (`_trainer`), so a stopped run resumes where it stopped."""
+        just before the version is published; the weights in its blob store), published again as a
+        full version: peers that rejoin may hold none of its ancestors. The next train job continues
+        from the saved master weights and optimizer moments (`_trainer`), so a stopped run resumes
+        where it stopped."""
         record = trainstate.saved(self._state_path(task.task_id))
         if record is None:
             return None

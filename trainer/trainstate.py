@@ -1,7 +1,8 @@
 """The trainer's durable state per task: optimizer moments tied to the version they belong to.
 
 Layout of `state_dir/<task>/`:
-    trainer.json                     {"version", "weights" (hex)}: the last version published
+    trainer.json                     {"version", "weights" (hex)}: the last version trained, written
+                                     just before it is published
     optimizer-<hash16>.safetensors   Adam state tensors ("state.<param>.<name>"), param groups in metadata
     optimizer.json                   {"version", "weights", "optimizer" (file name), "optimizer_hash"}
 Every file is written atomically. `trainer.json` is written before a version is published (`save_version`);
