@@ -270,9 +270,10 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
 
     evidence, worst = [], toploc.ChunkResult(0, 0.0, 0.0)
     prefills = forward_many(validator.model, [(s.prompt_ids, s.token_ids) for s in samples])
+    batched = toploc.verify_many([(s.proof, prefills[i][1]) for i, s in enumerate(samples)])
     for i, s in enumerate(samples):
         logits, hidden = prefills[i]
-        chunks = toploc.verify_chunks(s.proof, hidden)
+        chunks = batched[i]
         j = toploc.first_failing_chunk(chunks, validator.toploc)
         if j is not None:
             c = chunks[j]

@@ -138,6 +138,35 @@ def verify_chunks(proof: bytes, hidden: torch.Tensor) -> list[ChunkResult]:
     return [ChunkResult(int(r.exp_mismatches), float(r.mant_err_mean), float(r.mant_err_median)) for r in results]
 
 
+def verify_many(items: list[tuple[bytes, torch.Tensor]]) -> list[list[ChunkResult]]:
+    """`verify_chunks` for many completions: [(proof, hidden [n, H]), ...], same answers, fewer calls.
+
+    toploc's verifier starts a thread per core on every call, which costs more than checking one
+    short completion (about 1 ms against 0.2 ms on this machine). Completions of one chunk with the
+    same token count n are stacked and checked in one call with n rows per chunk: toploc then sees
+    exactly the vectors it sees one by one (zero-padding to 32 rows instead would change top-k tie
+    breaking and so the numbers). Longer completions are checked one by one.
+
+    Raises ProofError for a proof that cannot be checked (see `parse_proof`).
+    """
+    import toploc
+
+    results: list[list[ChunkResult] | None] = [None] * len(items)
+    same_length: dict[int, list[int]] = {}
+    for i, (proof, hidden) in enumerate(items):
+        if hidden.ndim != 2 or hidden.shape[1] < TOPK:
+            raise ProofError("proof-format", f"validator hidden states have shape {tuple(hidden.shape)}")
+        parse_proof(proof, hidden.shape[0])
+        if hidden.shape[0] <= CHUNK:
+            same_length.setdefault((hidden.shape[0], hidden.shape[1]), []).append(i)
+    for (n, _), group in sorted(same_length.items()):
+        acts = torch.cat([items[i][1].detach().to("cpu", torch.bfloat16) for i in group]).contiguous()
+        got = toploc.verify_proofs_bytes(acts, [bytes(items[i][0]) for i in group], n, TOPK, skip_prefill=True)
+        for i, r in zip(group, got):
+            results[i] = [ChunkResult(int(r.exp_mismatches), float(r.mant_err_mean), float(r.mant_err_median))]
+    return [r if r is not None else verify_chunks(*items[i]) for i, r in enumerate(results)]
+
+
 def first_failing_chunk(results: list[ChunkResult], th: ToplocThresholds) -> int | None:
     return next((j for j, r in enumerate(results) if not th.chunk_passes(r)), None)
 

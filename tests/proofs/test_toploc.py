@@ -24,6 +24,25 @@ def test_proof_is_258_bytes_per_32_tokens_and_verifies_exactly():
     assert toploc.first_failing_chunk(other, th) == 0 and other[0].exp_mismatches > 64
 
 
+def test_verify_many_gives_each_completion_what_verify_chunks_gives_it():
+    # lengths below, at and across the 32-token chunk; one completion checked against another
+    # model's states; then every validator state off by rounding-size noise, so mismatches show
+    lengths = [1, 10, 31, 32, 33, 70]
+    worker = [_hidden(n, seed=i) for i, n in enumerate(lengths)]
+    proofs = [toploc.build_proof(h) for h in worker]
+    th = toploc.thresholds_for("builtin:digit-sort-tiny")
+    exact = toploc.verify_many(list(zip(proofs, worker[:4] + [_hidden(33, seed=50)] + worker[5:])))
+    assert [len(r) for r in exact] == [1, 1, 1, 1, 2, 3]
+    assert [toploc.first_failing_chunk(r, th) for r in exact] == [None, None, None, None, 0, None]
+    noisy = [(h.float() * (1 + 0.004 * _hidden(len(h), seed=99).float())).to(torch.bfloat16) for h in worker]
+    batched = toploc.verify_many(list(zip(proofs, noisy)))
+    assert batched == [toploc.verify_chunks(p, h) for p, h in zip(proofs, noisy)]
+    assert all(c.mant_err_mean > 0 for r in batched for c in r)  # the noise is seen, not padded away
+    with pytest.raises(toploc.ProofError):  # a bad proof anywhere is refused before toploc sees it
+        toploc.verify_many([(proofs[0], worker[0]), (proofs[1][:-1], worker[1])])
+    assert toploc.verify_many([]) == []
+
+
 def test_fp32_input_to_toploc_gives_a_null_proof_that_is_rejected():
     import toploc as lib
 
