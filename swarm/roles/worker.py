@@ -107,16 +107,19 @@ class WorkerRole(Role):
         the workers we know of (alive peers whose heartbeats name the worker role, and us, ranked by
         peer id) split one step's worth of each version. More would go stale unread, and on a shared
         machine generating it takes CPU from the trainer (bench/learning.py measured steps several
-        times slower). The first version we serve is not capped: its backlog primes the async window
-        (the trainer steps on older rollouts while we generate for the newest version). A worker left
-        waiting for STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
+        times slower). The first version we serve gets async_level + 1 shares: its backlog primes the
+        async window (the trainer steps on older rollouts while we generate for the newest version),
+        and no step after version + async_level may train on it, so more is waste (an uncapped first
+        version had 36 of its batches dropped at the start of a bench run). A worker left waiting for
+        STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
         peers, me = self.core.membership.peers, self.core.peer_id
         workers = sorted({me} | {p for p in self.core.membership.alive_peers() if "worker" in peers[p].roles})
         commits = -(-state.params.prompts_per_step // state.params.prompts_per_commit)
-        if version == state.first_version:
-            return state.params.max_batches_per_version
         base, rest = divmod(commits, len(workers))
-        return base + (1 if workers.index(me) < rest else 0)
+        share = base + (1 if workers.index(me) < rest else 0)
+        if version == state.first_version:
+            return min(state.params.max_batches_per_version, (state.async_level + 1) * max(share, 1))
+        return share
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
         task_id, version, indices = tag

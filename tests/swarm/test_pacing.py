@@ -34,7 +34,7 @@ def test_the_trainer_checks_only_what_its_next_step_needs_one_at_a_time():
     committed = len(net.events_named("rollouts-committed"))
     trained = len(net.events_named("rollout-trained"))
     # every check fed a step (a few may be waiting for the next one), and far fewer batches were
-    # checked than committed: the first version's backlog went stale unchecked
+    # checked than committed: part of the first version's backlog went stale unchecked
     assert trained <= verified <= trained + 2 < committed
     assert worst == 1
     # within the async window (2), and newest first: once the first version's backlog is used up,
@@ -68,7 +68,10 @@ def test_workers_split_each_version_and_a_stalled_worker_makes_more():
     net.run_for(25)
     per_version = Counter((p, f["version"]) for p, f in net.events_named("rollouts-committed"))
     newest = trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"]
-    for version in range(2, newest - 1):  # settled versions after the uncapped first one
+    # the first version primes the async window: async_level + 1 = 3 shares (at least one batch) each,
+    # never the uncapped backlog that went stale unread
+    assert [per_version[(w.peer_id, 0)] for w in workers] == [3, 3, 3]
+    for version in range(2, newest - 1):  # settled versions after the first one
         counts = [per_version[(w.peer_id, version)] for w in workers]
         assert sum(counts) == 2 and max(counts) == 1, (version, counts)  # 2 commitments, one each, ranked
 
