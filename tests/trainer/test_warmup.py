@@ -3,7 +3,7 @@ import torch
 from trainer.envs import DigitSort
 from trainer.inference import TorchBackend
 from trainer.rollout import accuracy
-from trainer.warmup import WarmupConfig, supervised_batch
+from trainer.warmup import WarmupConfig, probe_accuracy, supervised_batch
 
 
 def test_supervised_batch_scores_only_the_answer():
@@ -22,13 +22,31 @@ def test_supervised_batch_scores_only_the_answer():
 
 def test_warmup_reaches_the_base_accuracy_range(warmed):
     model, tok, losses, calls = warmed
-    assert len(losses) == WarmupConfig().steps
-    assert [c[0] for c in calls] == list(range(1, WarmupConfig().steps + 1))
-    assert all(c[1] == WarmupConfig().steps for c in calls)
+    cfg = WarmupConfig()
+    taken = len(losses)  # stopped at a probe check, well before the cap
+    assert cfg.first_check <= taken < cfg.steps and (taken - cfg.first_check) % cfg.check_every == 0
+    assert [c[0] for c in calls] == list(range(1, taken + 1)) and all(c[1] == cfg.steps for c in calls)
     assert losses[-1] < losses[0] / 4
+    assert probe_accuracy(model, tok, DigitSort(), cfg.probe_prompts) >= cfg.target
     backend = TorchBackend(model, tok.eos_token_id, tok.pad_token_id, capture_hidden=False)
     acc = accuracy(DigitSort(), tok, backend, n=256)
-    # calibrated: 0.32 from seed 0; RL needs some right and some wrong answers in most groups
+    # RL needs some right and some wrong answers in most groups
     assert 0.25 <= acc <= 0.40, acc
     assert not model.training
     torch.testing.assert_close(model.lm_head.weight, model.model.embed_tokens.weight)
+
+
+def test_warmup_stops_at_the_first_check_that_reaches_the_target(monkeypatch):
+    from trainer import warmup as w
+    from trainer.model import create_builtin_model
+
+    probes = iter([0.1, 0.29, 0.31, 0.9])
+    monkeypatch.setattr(w, "probe_accuracy", lambda *a: next(probes))
+    model, tok = create_builtin_model(0)
+    cfg = WarmupConfig(steps=20, batch_size=4, first_check=2, check_every=3, target=0.3)
+    assert len(w.warmup(model, tok, DigitSort(), cfg)) == 8  # checks after steps 2, 5 and 8
+    assert len(w.warmup(model, tok, DigitSort(), WarmupConfig(steps=3, batch_size=4, target=0.0))) == 3
+    never = iter([0.0] * 10)
+    monkeypatch.setattr(w, "probe_accuracy", lambda *a: next(never))
+    assert len(w.warmup(model, tok, DigitSort(), WarmupConfig(steps=6, batch_size=4, first_check=2,
+                                                              check_every=2))) == 6  # capped
