@@ -2,6 +2,7 @@
 
     python bench/detection.py --model builtin              # detection JSON on stdout
     python bench/detection.py --model smollm2 --calibrate  # re-measure, rewrite proofs/calibration/
+    python bench/detection.py --model builtin --rederive   # new threshold rule, stored measurements
 
 Models: "builtin" is the built-in tiny Llama warmed up on digit sorting (seed 0; the other-model
 cheat is the same recipe from seed 1); "smollm2" is SmolLM2-135M-Instruct on chat arithmetic
@@ -161,14 +162,23 @@ def summary(values: list[float]) -> dict:
     return {"n": len(v), "min": v[0], "p50": q(0.5), "p99": q(0.99), "max": v[-1]}
 
 
+BOUNDARY_SWAP = 1.0  # mantissa-mean error of one top-k index read off the proof as garbage (see derive)
+
+
 def derive(honest: dict, lowprec: dict, temperature: float) -> tuple[dict, list[str]]:
     """Thresholds from honest maxima H and low-precision minima D (per chunk or per sample).
 
     A continuous statistic gets sqrt(H * D), the geometric middle of the gap, but never less than
-    4 H (margin for honest hardware noier than emulated) and H is floored at one quantum (1/128
-    mantissa ulp on average; 1e-6 logprob), so an all-zero honest run still leaves room.
+    4 H (margin for honest hardware noier than emulated) and H is floored at one quantum (1e-6
+    logprob), so an all-zero honest run still leaves room.
+    The mantissa mean's H is floored at one top-k boundary swap (1.0): when the 128th and 129th
+    largest magnitudes of a chunk are within float noise, an honest validator's top-k can hold an
+    index the worker did not commit to, and toploc reads the proof polynomial there as garbage (up
+    to 127 mantissa ulps over 127 values). Calibration's 2,048 honest rollouts never hit one; a
+    4-peer swarm did within its first 2,600 (mean 0.197, logprobs within 7e-7), and the honest
+    worker was banned. So the mean bound stops separating low precision; the logprob bound does.
     Exponent mismatches and the median are coarse: they get max(4 H, 8) and max(4 H, 2); they
-    catch other models, the mantissa mean and the logprob bound catch low precision.
+    catch other models.
     """
     notes = []
 
@@ -181,12 +191,23 @@ def derive(honest: dict, lowprec: dict, temperature: float) -> tuple[dict, list[
 
     lp = middle(max(honest["logprob"]), min(lowprec["logprob"]), 1e-6)
     th = {"toploc": {"max_exp_mismatches": int(max(4 * max(honest["exp"]), 8)),
-                     "max_mant_err_mean": middle(max(honest["mean"]), min(lowprec["mean"]), 1 / 128),
+                     "max_mant_err_mean": middle(max(honest["mean"]), min(lowprec["mean"]), BOUNDARY_SWAP),
                      "max_mant_err_median": float(max(4 * max(honest["median"]), 2))},
           "sampling": {"max_logprob_err": lp, "max_tie_gap": 2 * lp / max(temperature, 1e-6),
                        "max_tie_mismatches": int(max(1, 2 * max(honest["ties"]))),
                        "max_abs_z": max(6.0, 1.5 * max(abs(z) for z in honest["z"]))}}
     return th, notes
+
+
+def rederive(record: dict) -> dict:
+    """Thresholds from a calibration record's stored distributions under the current `derive` rule:
+    derive needs only the honest maxima, the low-precision minima and the honest z extremes."""
+    dist = record["distributions"]
+    honest = {k: [max(dist[g][k]["max"] for g in ("honest-exact", "honest-noise"))] for k in dist["honest-exact"]}
+    honest["z"] = [dist[g]["z"][e] for g in ("honest-exact", "honest-noise") for e in ("min", "max")]
+    lowprec = {k: [min(dist[g][k]["min"] for g in ("bf16", "int8"))] for k in dist["bf16"]}
+    th, notes = derive(honest, lowprec, record["setup"]["temperature"])
+    return {**record, "thresholds": th, "notes": notes, "rule": derive.__doc__.strip()}
 
 
 def calibrate(setup: Setup, batches: int) -> dict:
@@ -292,11 +313,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", choices=["builtin", "smollm2"], default="builtin")
     ap.add_argument("--calibrate", action="store_true", help="measure and rewrite proofs/calibration/<model>.json first")
+    ap.add_argument("--rederive", action="store_true",
+                    help="rewrite the thresholds of proofs/calibration/<model>.json from its stored distributions "
+                         "with the current rule (no new measurements)")
     ap.add_argument("--calibration-batches", type=int, default=16)
     ap.add_argument("--honest-batches", type=int, default=None, help="default: 500+ rollouts for builtin, 96 for smollm2")
     ap.add_argument("--cheat-batches", type=int, default=None)
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args()
+    if args.rederive:
+        name = {"builtin": "builtin:digit-sort-tiny", "smollm2": "SmolLM2-135M-Instruct"}[args.model]
+        path = toploc.CALIBRATION_DIR / f"{toploc.model_key(name)}.json"
+        record = rederive(json.loads(path.read_text()))
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {path}: {json.dumps(record['thresholds'])} {record['notes']}", file=sys.stderr)
+        return
     torch.set_num_threads(1)
     torch.manual_seed(0)
     setup = Setup(args.model)

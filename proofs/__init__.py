@@ -18,8 +18,10 @@ Modules:
                  written by `python bench/detection.py --model M --calibrate`
 
 What is and is not proven, on this project's default (fp32 torch workers, CPU or GPU without TF32):
-  - other weights, other precision (bf16, int8): TOPLOC mantissa errors and logprob errors are
-    orders of magnitude above honest float noise;
+  - other weights: TOPLOC exponent mismatches (over 100 of 128 against at most a few honest);
+  - other precision (bf16, int8): logprob errors under the validator's forward, orders of magnitude
+    above honest float noise (TOPLOC's mantissa mean cannot be the judge: an honest top-k boundary
+    tie reads a few garbage values, as much error as int8; bench/detection.py `derive`);
   - tokens not drawn by the seeded sampler (fabricated, tampered last token): replay mismatch;
   - rewards, prompts, assignment, duplicates: recomputed exactly.
   Not covered: a worker on vLLM's own sampler cannot be replayed (Rules.replay=False leaves the

@@ -22,18 +22,20 @@ def _recommit(samples, claim, **changes):
     return replace(c, **changes)
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("other-model", "toploc"),
-    ("low-precision", "toploc"),
-    ("int8-quant", "toploc"),
+@pytest.mark.parametrize("kind, reason, where, numbers", [
+    ("other-model", "toploc", {"sample", "chunk"}, {"exp_mismatches", "mant_err_mean"}),
+    # low precision: TOPLOC's mantissa mean cannot tell it from an honest top-k boundary swap
+    # (bench/detection.py `derive`), the logprobs under the validator's own forward can
+    ("low-precision", "logprob", {"sample", "position"}, {"logprob_err"}),
+    ("int8-quant", "logprob", {"sample", "position"}, {"logprob_err"}),
 ])
-def test_other_weights_fail_toploc(task, other_model, kind, reason):
+def test_other_weights_are_caught(task, other_model, kind, reason, where, numbers):
     model = {"other-model": other_model, "low-precision": adv.bf16_copy(task.model),
              "int8-quant": adv.int8_copy(task.model)}[kind]
     samples, claim = task.honest(model, version=5, batch=0)
     v = task.check(samples, claim)
     assert (v.passed, v.reason) == (False, reason)
-    assert {"sample", "chunk"} <= set(v.evidence) and {"exp_mismatches", "mant_err_mean"} <= set(v.numbers)
+    assert where <= set(v.evidence) and numbers <= set(v.numbers)
 
 
 def test_laundered_low_precision_is_caught_by_the_sampling_replay(task):

@@ -51,7 +51,7 @@ def test_a_blob_that_lies_about_its_commitment_fails(initialised):
 
 
 @pytest.mark.parametrize("kind, reason", [
-    ("other-model", "toploc"), ("low-precision", "toploc"), ("int8-quant", "toploc"),
+    ("other-model", "toploc"), ("low-precision", "logprob"), ("int8-quant", "logprob"),
     ("fabricated-tokens", "sampling"), ("inflated-reward", "reward"), ("cherry-pick", "assignment")])
 def test_each_cheating_job_process_is_caught(initialised, kind, reason):
     _, blobs, _, v0 = initialised
