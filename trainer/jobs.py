@@ -34,7 +34,7 @@ from trainer.blobdir import BlobDir, BlobError
 from trainer.envs import get_env
 from trainer.grpo import grpo_step, lr_at, make_optimizer
 from trainer.inference import TorchBackend, sample_seed
-from trainer.policy import PolicyError, base_model, is_builtin, load_weights, weights_bytes
+from trainer.policy import PolicyError, base_model, is_builtin, load_state, load_weights, weights_bytes
 from trainer.rollout import accuracy, completion_text, score
 from trainer.taskconfig import ParamError, grpo_config, int_param, warmup_config
 from trainer.train_batch import build_batch
@@ -337,10 +337,13 @@ class JobWorker:
         if digest in self._policies:
             self._policies.move_to_end(digest)
             return self._policies[digest]
-        data = self.blobs.read(digest, "policy weights")
         template, tokenizer = self._template(name)
         model = copy.deepcopy(template)
-        load_weights(model, data)
+        unpacked = self.versions.unpacked(digest)  # just rebuilt by an unpack job here: already parsed
+        if unpacked is not None:
+            load_state(model, unpacked)
+        else:
+            load_weights(model, self.blobs.read(digest, "policy weights"))
         return self._remember(digest, model.eval(), tokenizer)
 
     def _remember(self, digest: bytes, model, tokenizer) -> tuple:

@@ -73,6 +73,11 @@ def load_weights(model: torch.nn.Module, data: bytes) -> None:
         tensors = load(bytes(data))
     except Exception as exc:  # safetensors raises its own error types on garbage
         raise PolicyError(f"weights blob is not valid safetensors ({exc})") from None
+    load_state(model, tensors)
+
+
+def load_state(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    """`load_weights` for a blob already parsed into tensors (they are copied, not kept)."""
     expected = model.state_dict()
     tied = set(getattr(model, "_tied_weights_keys", None) or {}) if _ties(model) else set()
     missing = [k for k in expected if k not in tensors and k not in tied]

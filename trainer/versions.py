@@ -18,6 +18,7 @@ Task params: `shard_size` (bytes, default 1 MiB), `full_every` (default 8), `wei
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -33,6 +34,7 @@ from trainer.weights.tensors import CARRY_DTYPES, carried
 DEFAULT_SHARD_SIZE = 1 << 20
 MASTER_FILE = "master-weights"  # in the trainer's state dir: "<published hash> <master blob hash>"
 DEFAULT_FULL_EVERY = 8
+UNPACKED_CACHE_BYTES = 64 << 20  # parsed weights kept by `Versions.unpack` (the built-in model: 12 MB each)
 
 
 class VersionError(RuntimeError):
@@ -76,6 +78,10 @@ class Versions:
         self.blobs = blobs
         self.shards = BlobDir(shard_dir)
         self._last: dict[str, tuple[bytes, dict[str, torch.Tensor]]] = {}  # task -> (root, tensors) just packed
+        # weights blobs this process just rebuilt, parsed: the next version's delta parent and the
+        # generate job's policy, without reading and hashing the file again (a worker's job
+        # process spent about 7% of its time on that, once per version)
+        self._unpacked: OrderedDict[bytes, dict[str, torch.Tensor]] = OrderedDict()
 
     def publish(self, task: jobs.TaskSpec, tensors: dict[str, torch.Tensor], parent_weights: bytes = b"",
                 parent_root: bytes = b"", parent_depth: int = 0) -> tuple[bytes, int, dict]:
@@ -117,13 +123,30 @@ class Versions:
     def unpack(self, job: jobs.UnpackJob) -> jobs.VersionResult:
         m: WeightManifest = job.manifest
         shards = [self.shards.read(h, f"shard {i} of version {job.version}") for i, h in enumerate(m.shard_hashes)]
-        parent = state_of_blob(self.blobs.read(job.parent_weights, "parent weights")) if m.encoding == "delta" else None
+        parent = None
+        if m.encoding == "delta":
+            parent = self.unpacked(job.parent_weights) or state_of_blob(
+                self.blobs.read(job.parent_weights, "parent weights"))
         try:
             tensors = unpack_version(manifest_fields(m), shards, parent)
         except WeightsError as exc:
             raise VersionError(f"version {job.version} does not rebuild: {exc}") from None
         data = published_blob(tensors, m.dtype)
-        return jobs.VersionResult(job.version, self.blobs.write(data), len(data))
+        digest = self.blobs.write(data)
+        self._remember(digest, data)
+        return jobs.VersionResult(job.version, digest, len(data))
+
+    def unpacked(self, digest: bytes) -> dict[str, torch.Tensor] | None:
+        """The parsed tensors of a weights blob this process rebuilt recently (never modify them)."""
+        return self._unpacked.get(bytes(digest))
+
+    def _remember(self, digest: bytes, data: bytes) -> None:
+        if len(data) > UNPACKED_CACHE_BYTES // 2:
+            return  # a large model: rereading the blob is the lesser cost
+        self._unpacked[bytes(digest)] = state_of_blob(data)
+        self._unpacked.move_to_end(bytes(digest))
+        while len(self._unpacked) * len(data) > UNPACKED_CACHE_BYTES:
+            self._unpacked.popitem(last=False)
 
 
 def message_fields(packed) -> dict:

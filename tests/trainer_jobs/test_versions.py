@@ -4,6 +4,7 @@ unpack job rebuilds bit-identical weights from the shards alone (and the parent)
 import shutil
 
 import pytest
+import torch
 
 from gossip.messages import TensorEntry, WeightManifest
 from swarm.jobs import TrainJob, UnpackJob
@@ -42,8 +43,17 @@ def test_a_follower_rebuilds_the_trainers_versions_from_shards(initialised, tmp_
             shutil.copy(blobs.parent / "shards" / h.hex(), tmp_path / "shards" / h.hex())
     r0 = follower.run("unpack", UnpackJob("0" * 16, 0, m0, b""))
     assert r0.weights == v0.weights, "bit-identical to what the trainer checks rollouts against"
+    kept = (tmp_path / "blobs" / r0.weights.hex()).read_bytes()
+    (tmp_path / "blobs" / r0.weights.hex()).unlink()  # the job process still holds version 0, parsed
     r1 = follower.run("unpack", UnpackJob("0" * 16, 1, m1, r0.weights))
     assert r1.weights == v1.weights
+    # the policy a generate job runs is the same from memory as from the file
+    (tmp_path / "blobs" / r0.weights.hex()).write_bytes(kept)
+    from_memory, _ = follower._policy(TASK.model, r1.weights)
+    from_file, _ = JobWorker(tmp_path / "blobs", tmp_path / "state2")._policy(TASK.model, r1.weights)
+    assert follower.versions.unpacked(r1.weights) is not None
+    for (k, a), (_, b) in zip(from_memory.state_dict().items(), from_file.state_dict().items()):
+        assert torch.equal(a, b), k
 
 
 def test_unpack_refuses_a_corrupt_or_missing_shard(initialised, tmp_path):
