@@ -64,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-dir", type=Path, default=Path("runs/local"),
                    help="parent of the peers' data dirs (default runs/local; reused to resume)")
     p.add_argument("--task", type=Path, default=None, help="task TOML to announce (default: built-in example)")
-    p.add_argument("--heartbeat", type=float, default=1.0, help="seconds between status heartbeats")
+    p.add_argument("--heartbeat", type=float, default=2.0,
+                   help="seconds between status heartbeats (default 2, as `start`)")
     p.add_argument("--tui", action="store_true", help="watch the peers in the terminal UI (q stops the swarm)")
     p.add_argument("--malicious", action="append", default=[], metavar="K:KIND",
                    help="make K of the workers cheat as KIND (repeatable; e.g. 1:other-model, 1:lying-validator "
