@@ -23,6 +23,7 @@ class NodeConfig:
     metrics_port: int | None = None  # Prometheus text on 127.0.0.1:metrics_port; None: off
     malicious: str = ""  # demonstrations and tests: the job process cheats this way (swarm.jobs.MALICIOUS)
     upload_mbps: float | None = None  # emulated uplink for shard answers (node/uplink.py); None: off
+    job_threads: int = 1  # torch threads of the train/generate job process (verify jobs keep one)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.roles) - set(ROLES))
@@ -34,6 +35,8 @@ class NodeConfig:
             raise ValueError("need 0 < heartbeat_interval < gone_after")
         if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
             raise ValueError("metrics_port must be 1..65535")
+        if not 1 <= self.job_threads <= 256:
+            raise ValueError("job_threads must be 1..256")
         if self.upload_mbps is not None and not self.upload_mbps > 0:
             raise ValueError("upload_mbps must be positive (or unset: no emulated uplink)")
         if self.malicious:

@@ -22,6 +22,7 @@ File keys (flat, top level):
     metrics_port = 9464            # integer 1..65535; Prometheus text on 127.0.0.1 (off when absent)
     malicious = "other-model"      # demonstrations and tests only: this peer's jobs cheat (see --help)
     upload_mbps = 8.0              # Mbit/s: emulate a slow uplink for shard answers (benchmarks; off when absent)
+    job_threads = 1                # integer 1..256: torch threads of the job process running train/generate jobs
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "metrics_port": None,
     "malicious": "",
     "upload_mbps": None,
+    "job_threads": 1,
 }
 LOG_FORMATS = ("text", "json")
 
@@ -76,6 +78,9 @@ def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "
     p.add_argument("--upload-mbps", type=float, default=S, metavar="MBPS",
                    help="emulate an uplink of MBPS Mbit/s for shard answers, as the simulator models links "
                         "(localhost benchmarks: peers sharing one CPU; default: off)")
+    p.add_argument("--job-threads", type=int, default=S, metavar="N",
+                   help="torch threads for the job process that trains and generates (default 1: a machine "
+                        "shared by several peers; a trainer alone on its machine: its core count)")
     from swarm.jobs import MALICIOUS  # light: dataclasses only
     p.add_argument("--malicious", choices=MALICIOUS, default=S, metavar="KIND",
                    help="for demonstrations and tests: this peer cheats; KIND is one of " + ", ".join(MALICIOUS))
@@ -117,6 +122,12 @@ def check_value(key: str, value: Any, where: str = "config") -> Any:
     if key == "bootstrap":
         if not isinstance(value, bool):
             raise bad("true or false")
+        return value
+    if key == "job_threads":
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise bad("an integer")
+        if not 1 <= value <= 256:
+            raise ConfigError(f"{where}: key {key!r} must be in 1..256, got {value}")
         return value
     if key in ("port", "metrics_port"):
         if not isinstance(value, int) or isinstance(value, bool):
@@ -173,7 +184,8 @@ def node_config(settings: dict[str, Any]):
                       bootstrap=settings["bootstrap"], join=tuple(settings["join"]), roles=tuple(settings["roles"]),
                       heartbeat_interval=settings["heartbeat"], gone_after=settings["gone_after"],
                       log_format=settings["log_format"], metrics_port=settings["metrics_port"],
-                      malicious=settings["malicious"], upload_mbps=settings["upload_mbps"])
+                      malicious=settings["malicious"], upload_mbps=settings["upload_mbps"],
+                      job_threads=settings["job_threads"])
 
 
 def render(settings: dict[str, Any], fmt: str = "toml") -> str:

@@ -15,7 +15,7 @@ Results are read from the pipe in a worker thread and fed to the core on the tri
 queued job fail with a clear error, and a fresh child is started. On cancellation the child is
 terminated by PID (SIGTERM, then SIGKILL) within `STOP_GRACE` seconds.
 
-Child -> parent messages: ("ready",), ("progress", job_id, fields), ("done", job_id, ok, result, error),
+Child -> parent messages: ("ready", torch threads), ("progress", job_id, fields), ("done", job_id, ok, result, error),
 ("fatal", message) when the child cannot start (e.g. torch missing).
 """
 
@@ -42,8 +42,10 @@ RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a chi
 
 class JobRunner:
     def __init__(self, blob_dir: Path, state_dir: Path, feed: Callable[[JobFinished], object], *,
-                 max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None, malicious: str = "") -> None:
+                 max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None, malicious: str = "",
+                 threads: int = 1) -> None:
         self.blob_dir, self.state_dir = Path(blob_dir), Path(state_dir)
+        self.threads = threads  # torch threads in the child (see child_main)
         self.malicious = malicious  # demonstrations and tests: the child's jobs cheat (trainer/cheats.py)
         self.feed = feed
         self.log = log or (lambda event, **fields: None)
@@ -142,6 +144,8 @@ class JobRunner:
                 return JobFinished(job.job_id, bool(ok), result, str(error))
             elif tag == "fatal":
                 self.fatal = str(msg[1])
+            elif tag == "ready":  # said once per child, before its first job's answer
+                self.log("job-process-ready", threads=msg[1] if len(msg) > 1 else None)
 
     def _recv(self):
         """Blocking read in a worker thread; None when the child is gone."""
@@ -168,7 +172,8 @@ class JobRunner:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe(duplex=True)
         self.fatal = ""
-        proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir), self.malicious),
+        proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir), self.malicious,
+                                                        self.threads),
                            name="swarm-jobs", daemon=True)
         proc.start()
         child.close()  # our copy of the child's end: its death must give us EOF
@@ -229,15 +234,16 @@ def _describe_exit(code) -> str:
     return f"exit code {code}"
 
 
-def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "") -> None:
-    """The job process: one torch thread, passive OpenMP waits, one JobWorker for its lifetime."""
+def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads: int = 1) -> None:
+    """The job process: `threads` torch threads (one unless the operator gave the peer more),
+    passive OpenMP waits, one JobWorker for its lifetime."""
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
     try:
         import torch
 
-        torch.set_num_threads(1)
+        torch.set_num_threads(threads)
         from trainer.jobs import JobError, JobWorker
         # transformers imports its model classes lazily: about 15 s on a busy 2-core machine, paid
         # here while the peer joins instead of inside its first generate or verify job
@@ -248,7 +254,7 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "") -> None
     current = {"id": None}
     worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, malicious=malicious,
                        progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
-    conn.send(("ready",))
+    conn.send(("ready", torch.get_num_threads()))
     while True:
         try:
             msg = conn.recv()

@@ -42,7 +42,7 @@ def alive(pid: int) -> bool:
 
 
 async def test_jobs_run_in_order_failures_and_refusals_come_back(tmp_path):
-    h = Harness(tmp_path, max_queue=3)
+    h = Harness(tmp_path, max_queue=3, threads=2)  # --job-threads 2
     async with trio.open_nursery() as nursery:
         await nursery.start(h.runner.run)
         h.runner.submit(RunJob(1, "init", InitJob(QUICK, seed=3)))
@@ -62,6 +62,7 @@ async def test_jobs_run_in_order_failures_and_refusals_come_back(tmp_path):
         await h.wait(lambda: len(h.done) == 5)
         assert h.done[4].ok and h.done[4].result.size > 0 and h.runner.restarts == 0
         assert any(e == "job-progress" and f["stage"] == "warmup" for e, f in h.events)
+        assert ("job-process-ready", {"threads": 2}) in h.events
         nursery.cancel_scope.cancel()
 
 

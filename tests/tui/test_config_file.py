@@ -17,7 +17,7 @@ def write(tmp_path, text, name="node.toml") -> Path:
 
 def test_file_then_flags_override(tmp_path):
     cfg = write(tmp_path, 'data_dir = "d0"\nport = 4001\nroles = ["trainer"]\nbootstrap = true\n'
-                          'heartbeat = 1\nlog_format = "json"\nmetrics_port = 9464\n')
+                          'heartbeat = 1\nlog_format = "json"\nmetrics_port = 9464\njob_threads = 2\n')
     s = resolve({"config": cfg}, Path("/default"))
     assert s["data_dir"] == tmp_path / "d0"  # relative to the file, not the working directory
     assert (s["port"], s["roles"], s["bootstrap"], s["heartbeat"], s["metrics_port"]) == (4001, ["trainer"], True, 1.0, 9464)
@@ -27,6 +27,7 @@ def test_file_then_flags_override(tmp_path):
     assert s["log_format"] == "json" and s["gone_after"] == 10.0  # untouched: file, then default
     n = node_config(s)
     assert n.roles == ("worker", "relay") and n.metrics_port == 9464 and n.heartbeat_interval == 1.0
+    assert n.job_threads == 2 and node_config(resolve({}, Path("/d"))).job_threads == 1
     assert resolve({}, Path("/d"))["data_dir"] == Path("/d")
 
 
@@ -39,6 +40,8 @@ def test_file_then_flags_override(tmp_path):
     ('log_format = "xml"', ["key 'log_format'", "'text' or 'json'"]),
     ("heartbeat = -1", ["key 'heartbeat' must be a positive number"]),
     ("metrics_port = true", ["key 'metrics_port' must be an integer"]),
+    ("job_threads = 0", ["key 'job_threads' must be in 1..256"]),
+    ("job_threads = 1.5", ["key 'job_threads' must be an integer"]),
     ('bootstrap = true\njoin = ["/ip4/1.1.1.1/tcp/1"]', ["'bootstrap' and 'join' exclude each other"]),
     ("port = ", ["not valid TOML"]),
 ])
