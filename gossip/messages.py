@@ -18,6 +18,7 @@ from gossip.schema import Scalar, Struct, f
 HASH = 32  # blake2b-256 digests and Ed25519 public keys are both 32 bytes
 TASK_ID_HEX = 16  # task ids: 8 bytes of blake2b over the task body, as hex
 MAX_TIME = 1e11  # seconds since the epoch; far beyond any real clock, rejects absurd values
+MAX_PEERS_DECLARED = 1 << 20  # StatusHeartbeat.peers: a swarm-size estimate, bounded
 
 
 class Message(Struct):
@@ -86,6 +87,10 @@ class StatusHeartbeat(Message):
     tasks: tuple[str, ...] = f(max=32, item_max=TASK_ID_HEX)
     versions: dict[str, int] = f(max=32, item_max=TASK_ID_HEX)
     known_peers: tuple[PeerAddrs, ...] = f(max=16)
+    # How many live peers (itself included) the sender reckons the swarm has, the count its `interval`
+    # was stretched for; 0: no estimate yet (a peer that has heard nobody). Newcomers use the median of
+    # what others declare while their own table is still filling (swarm/membership.py).
+    peers: int = f(min=0, max=MAX_PEERS_DECLARED, default=0)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from gossip import errors, topics
 from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity, peer_id_from_public_key
-from gossip.messages import (Message, Probe, RolloutCommitment, ShardHave, StatusHeartbeat, TaskAnnouncement,
-                             TensorEntry, Verdict, WeightManifest)
+from gossip.messages import (MAX_PEERS_DECLARED, Message, Probe, RolloutCommitment, ShardHave, StatusHeartbeat,
+                             TaskAnnouncement, TensorEntry, Verdict, WeightManifest)
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols
@@ -117,7 +117,8 @@ class PeerCore:
                 return [Ban(inp.peer, "banned")]
             self.membership.on_connected(inp.peer, inp.addrs)
             if self.started_at is not None and "heartbeat" not in self.timers:
-                self.timers.set("heartbeat", now)
+                self.timers.set("heartbeat", now + (self.config.membership.first_beat_wait
+                                                    if self._heartbeat_seq < 0 else 0.0))
             return [Emit("peer-connected", {"peer": inp.peer})] + self.shards.on_connected(now, inp.peer)
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
@@ -158,8 +159,9 @@ class PeerCore:
         effects: list = []
         for name in self.timers.pop_due(now):
             if name == "heartbeat":
-                interval = self.membership.heartbeat_interval()
-                effects += self._publish(now, topics.STATUS, self._heartbeat(now, interval))
+                uptime = now - self.started_at if self.started_at is not None else 0.0
+                interval, size = self.membership.pace(uptime)
+                effects += self._publish(now, topics.STATUS, self._heartbeat(now, interval, size))
                 self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
             elif name == "sweep":
                 effects += self.membership.sweep(now) + self.tasks.expire(now)
@@ -167,6 +169,7 @@ class PeerCore:
                 self.timers.set("sweep", now + self.config.sweep_interval)
             elif name == "maintain":
                 effects += self.membership.maintain(now, self.rng, self.ledger.is_banned)
+                effects += self.shards.reach_holders(now)  # retries a holder dial that failed
                 self.timers.set("maintain", now + self.config.maintain_interval)
             else:
                 prefix = name.split(":", 1)[0]
@@ -177,14 +180,14 @@ class PeerCore:
                         effects += role.on_timer(now, name)
         return effects
 
-    def _heartbeat(self, now: float, interval: float) -> StatusHeartbeat:
+    def _heartbeat(self, now: float, interval: float, size: int = 0) -> StatusHeartbeat:
         # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.
         self._heartbeat_seq = max(self._heartbeat_seq + 1, int(now * 1000))
         return StatusHeartbeat(
             seq=self._heartbeat_seq, sent_at=now, interval=interval, roles=self.config.roles, agent=self.config.agent,
             listen_addrs=self.listen_addrs[:8], tasks=self.tasks.ids()[:32],
             versions={k: v for k, v in sorted(self.versions.items())[:32]},
-            known_peers=self.membership.exchange_sample(self.rng))
+            known_peers=self.membership.exchange_sample(self.rng), peers=min(size, MAX_PEERS_DECLARED))
 
     # ------------------------------------------------------------------ what roles may ask of the core
 
@@ -270,6 +273,8 @@ class PeerCore:
         message = signed.message
         if isinstance(message, StatusHeartbeat):
             effects = self.membership.on_heartbeat(now, signer, message)
+            if self._heartbeat_seq < 0 and message.peers and "heartbeat" in self.timers:
+                self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
             effects += self.shards.on_heartbeat(now, signer, message.versions)
             self.stats.on_delivered("status", now - message.sent_at)
             return effects + self._ask_for_tasks(now, message.tasks, signer, forwarder)

@@ -40,6 +40,7 @@ class PeerInfo:
     last_seq: int = -1
     last_seen: float | None = None
     interval: float = 0.0  # the peer's declared heartbeat interval
+    swarm: int = 0  # the swarm size the peer declared (StatusHeartbeat.peers; 0: it had no estimate)
     latency: float | None = None
     connected: bool = False
     dial_failures: int = 0
@@ -69,6 +70,11 @@ class MembershipConfig:
     window_past: float = 60.0  # heartbeats older than this are out of window
     window_future: float = 30.0  # tolerated clock skew
     exchange_size: int = 8  # peers shared per heartbeat
+    # After the first link, wait up to this long for someone's heartbeat (and the swarm size it declares)
+    # before sending our first, which then declares an interval fit for the swarm instead of the
+    # base-rate guess of a peer that knows nobody (and so needs a second heartbeat seconds later).
+    # 0: send at once. Worth it when many peers join together (a flash crowd, CORE_CHANGES item 8).
+    first_beat_wait: float = 0.0
 
 
 class Membership:
@@ -136,7 +142,7 @@ class Membership:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
-        info.interval = beat.interval
+        info.interval, info.swarm = beat.interval, beat.peers
         info.roles, info.agent, info.tasks = beat.roles, beat.agent, beat.tasks
         info.versions = dict(beat.versions)
         if beat.listen_addrs:
@@ -209,22 +215,45 @@ class Membership:
     def gone_threshold(self, info: PeerInfo) -> float:
         return max(self.config.gone_after, self.config.gone_factor * info.interval + 1.0)
 
-    def heartbeat_interval(self) -> float:
-        """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget.
+    def heartbeat_interval(self, uptime: float = float("inf")) -> float:
+        """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget."""
+        return self.pace(uptime)[0]
 
-        A newcomer knows few peers yet, so it also follows the median interval the others declare
-        rather than flooding a large swarm at the base rate while its table fills."""
-        declared = sorted(p.interval for p in self.peers.values() if p.state == ALIVE)
-        median = declared[len(declared) // 2] if declared else 0.0
-        alive = len(declared)
-        return min(MAX_INTERVAL, max(self.config.heartbeat_interval, (alive + 1) / self.config.status_budget, median))
+    def pace(self, uptime: float = float("inf")) -> tuple[float, int]:
+        """(our heartbeat interval, the swarm size it is stretched for), `uptime` seconds after we started.
+
+        The size is the live peers we know plus ourselves, once our table is complete: once we have been
+        up for the interval that count implies, everyone heartbeating at that rate or faster has been
+        heard. Until then (a newcomer) our own count is too low: a peer joining a 1,000-peer swarm whose
+        interval is an hour has heard a handful after a few seconds. A newcomer therefore also takes the
+        median of the sizes others declare (`StatusHeartbeat.peers`), ignoring 0, which a peer that has
+        heard nobody yet declares: in a flash crowd, where most peers heard are newcomers too, the
+        median comes from those whose estimate rests on something. Only newcomers borrow: a settled
+        peer's estimate is its own count, so the swarm's estimate follows it down when peers leave
+        (borrowed sizes would otherwise sustain each other forever). A lying minority cannot move the
+        median; the interval stays within the schema's bound whatever is declared."""
+        cfg = self.config
+        alive = 0
+        for info in self.peers.values():
+            if info.state == ALIVE:
+                alive += 1
+        size = alive + 1
+        interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
+        if uptime < interval:  # still filling our table
+            declared = sorted(p.swarm for p in self.peers.values() if p.state == ALIVE and p.swarm > 0)
+            if declared:
+                size = max(size, declared[len(declared) // 2])
+                interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
+            elif not alive:
+                size = 0  # we know nobody: no estimate to offer
+        return min(MAX_INTERVAL, interval), size
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
         """Dial known peers until `target_connections` links are open."""
         missing = self.config.target_connections - len(self._linked)
         if missing <= 0:
             return []
-        candidates = [p for p in sorted(self.peers) if self._dialable(self.peers[p], now) and not is_banned(p)]
+        candidates = [p for p in sorted(self.peers) if self.dialable(self.peers[p], now) and not is_banned(p)]
         effects = []
         for peer in rng.sample(candidates, missing):
             info = self.peers[peer]
@@ -232,7 +261,7 @@ class Membership:
             effects.append(Dial(peer, info.addrs))
         return effects
 
-    def _dialable(self, info: PeerInfo, now: float) -> bool:
+    def dialable(self, info: PeerInfo, now: float) -> bool:
         # Gone peers stay dialable (with backoff): after a partition heals, nothing else would bring the
         # two sides together, since no heartbeat can cross while there is no link.
         return not info.connected and bool(info.addrs) and now >= info.next_dial

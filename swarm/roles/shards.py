@@ -16,8 +16,11 @@ from gossip.messages import ShardHave, WeightManifest
 from swarm import protocols
 from swarm.exchange import (Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want,
                             decode_request, encode_request)
-from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
+from swarm.io import CheckShards, Dial, Emit, KeepShards, Respond, RespondShard, StoreShard
 from swarm.roles.base import Role
+
+HOLDER_LINKS = 2  # extra links a peer may open to reach holders of a version it is missing
+DIAL_PENDING = 30.0  # a holder dial that has not connected after this long no longer counts
 
 
 def want_of(msg: WeightManifest) -> Want:
@@ -37,6 +40,7 @@ class ShardsRole(Role):
         self.served = 0
         self.refused = 0
         self.serves = "leech" not in core.config.roles  # a leech (bench baseline) only downloads
+        self.dialed: dict[str, float] = {}  # holders we dialed to fetch from -> when
 
     # ---- what owners ask
 
@@ -129,6 +133,49 @@ class ShardsRole(Role):
     def on_timer(self, now, name) -> list:
         return self._carry(now, self.exchange.on_tick(now))
 
+    # ---- reaching holders
+
+    def reach_holders(self, now: float) -> list:
+        """Dial a holder of each version we are downloading from no linked peer.
+
+        The exchange asks only linked peers, and links are random: in a 1,000-peer swarm with 8 links
+        each, a follower is rarely linked to the trainer or to another follower, so it would never get a
+        shard. Holders are learnt from the manifest's signer, ShardHave and heartbeats; one is picked
+        at random (not always the trainer, so followers spread over the peers that already hold) and
+        dialed with the membership's backoff. At most `HOLDER_LINKS` such links (or dials pending for
+        `DIAL_PENDING` s) at a time; a relay, with nothing to download, never dials."""
+        ex = self.exchange
+        if not ex.downloads:
+            return []
+        links, dialed = ex.links, self.dialed
+        for peer in [p for p, at in dialed.items() if p not in links and now - at >= DIAL_PENDING]:
+            del dialed[peer]
+        if len(dialed) >= HOLDER_LINKS:
+            return []
+        membership, core = self.core.membership, self.core
+        effects: list = []
+        for root in sorted(ex.downloads):
+            d = ex.downloads[root]
+            if d.complete or d.checking:
+                continue
+            holders = [p for p in sorted(d.holders) if p not in ex.bad and p not in d.skip]
+            if any(p in links or p in dialed for p in holders):
+                continue
+            candidates = []
+            for peer in holders:
+                info = membership.peers.get(peer)
+                if info is not None and membership.dialable(info, now) and not core.is_banned(peer):
+                    candidates.append(info)
+            if not candidates:
+                continue
+            info = candidates[ex.rng.randrange(len(candidates))]
+            info.next_dial = now + membership.config.dial_backoff
+            dialed[info.peer_id] = now
+            effects.append(Dial(info.peer_id, info.addrs))
+            if len(dialed) >= HOLDER_LINKS:
+                break
+        return effects
+
     # ---- actions -> effects
 
     def _carry(self, now: float, actions: list) -> list:
@@ -159,6 +206,8 @@ class ShardsRole(Role):
                 effects.append(Emit("shard-rejected", {"peer": a.peer, "reason": a.reason, "detail": a.detail}))
                 if a.reason != errors.WITHHELD or self.core.ledger.score(a.peer) > -40:
                     effects += self.core._penalise(now, a.peer, Rejected(a.reason, a.detail))
+        if self.exchange.downloads:
+            effects += self.reach_holders(now)
         deadline = self.exchange.next_deadline()
         if deadline is not None:
             self.core.set_timer("shards:tick", max(deadline, now))

@@ -152,3 +152,20 @@ def test_size_limits():
                           versions={}, known_peers=tuple(PeerAddrs("p" * 64, ("a" * 256,) * 4) for _ in range(16)))
     with pytest.raises(ValueError, match="at most"):
         seal(ALICE, fat)
+
+
+@pytest.mark.parametrize("peers", [-1, (1 << 20) + 1, 1.5, True, "9"])
+def test_heartbeat_swarm_size_is_validated(peers):
+    from tests.samples import all_messages as messages
+    beat = next(m for m in messages() if isinstance(m, StatusHeartbeat))
+    with pytest.raises(Rejected, match="peers"):
+        StatusHeartbeat.from_wire({**beat.to_wire(), "peers": peers})
+
+
+def test_heartbeat_without_swarm_size_is_refused_with_a_reason():
+    from tests.samples import all_messages as messages
+    beat = next(m for m in messages() if isinstance(m, StatusHeartbeat))
+    wire = beat.to_wire()
+    del wire["peers"]
+    with pytest.raises(Rejected, match="missing keys"):
+        StatusHeartbeat.from_wire(wire)

@@ -208,3 +208,38 @@ def test_restarted_trainer_resumes_from_its_last_version():
     sim.loop.run(400.0)
     after = [v for t, _, v in published if t > 150.0]
     assert after[0] == before and max(after) > before  # resumed, then trained on
+
+
+def sparse(name="sparse", relays=40):
+    """The roles joining after `relays` relays, each peer joining through one peer and keeping 2 links:
+    followers are rarely linked to a holder."""
+    text = HEAD.format(name=name, duration=150, seed=3, workers=3, extra_checks="")
+    head, groups = text.split("[[peers]]", 1)
+    relay = f'[[peers]]\nname = "relay"\ncount = {relays}\nroles = ["relay"]\nchurn = false\n\n'
+    extra = '\n[network]\nbootstrap = 1\n\n[core.membership]\ntarget_connections = 2\n'
+    groups = groups.replace("\ndown_mbps = 100\n", "\ndown_mbps = 100\njoin_spread = 5\n")  # workers after relays
+    return loads(head + relay + "[[peers]]" + groups + extra + TASK.format(validators='"validator"'), f"<{name}>")
+
+
+def test_followers_dial_a_holder_when_no_link_holds_their_version(tmp_path):
+    """CORE_CHANGES item 9: the exchange asks only linked peers, so with few random links a follower
+    must dial a holder it learnt of (manifest signer, ShardHave, heartbeat), or it never gets a shard."""
+    r, records = run(sparse(), tmp_path)
+    assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
+    followers = ids_of(records, "worker") | ids_of(records, "validator")
+    index = {rec["peer"]: rec["f"]["id"] for rec in records if rec["ev"] == "peer"}
+    installed = {index[rec["peer"]] for rec in records if rec["ev"] == "emit.version-installed"}
+    assert installed == followers  # every follower installed a version
+    tr = r.metrics["training"]
+    assert tr["newest_version"] >= 1 and tr["rollouts_trained"] > 0
+
+
+def test_without_holder_dials_sparse_followers_starve(tmp_path, monkeypatch):
+    """The scenario above needs the dials: with no holder links allowed, some follower installs nothing."""
+    from swarm.roles import shards
+    monkeypatch.setattr(shards, "HOLDER_LINKS", 0)
+    r, records = run(sparse(name="starved"), tmp_path)
+    followers = ids_of(records, "worker") | ids_of(records, "validator")
+    index = {rec["peer"]: rec["f"]["id"] for rec in records if rec["ev"] == "peer"}
+    installed = {index[rec["peer"]] for rec in records if rec["ev"] == "emit.version-installed"}
+    assert installed < followers, (len(installed), len(followers))

@@ -6,8 +6,8 @@ from gossip.envelope import seal
 from gossip.identity import Identity
 from gossip.messages import Probe, StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import (Ban, CommandResult, LocalCommand, MessageVerdict, PeerConnected, Publish, RequestReceived,
-                      Respond, Started, Subscribe, Tick)
+from swarm.io import (Ban, CommandResult, LocalCommand, MessageReceived, MessageVerdict, PeerConnected, Publish,
+                      RequestReceived, Respond, Started, Subscribe, Tick)
 from swarm.membership import MembershipConfig
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet
@@ -303,3 +303,26 @@ def test_heartbeat_interval_is_bounded_by_the_schema():
         info = core.membership._info(f"p{i}")
         info.state, info.interval = ALIVE, 1.0
     assert core.membership.heartbeat_interval() == 3600.0
+
+
+def test_first_heartbeat_waits_for_the_swarm_size_when_asked():
+    """With first_beat_wait, the first heartbeat waits after the first link until a heartbeat declaring
+    a swarm size arrives (then goes at once, declaring an interval for that size), or the wait ends."""
+    core, other = make_cores(2, status_budget=0.3, first_beat_wait=2.0)
+    core.handle(T0, Started(("/ip4/127.0.0.1/tcp/1",)))
+    core.handle(T0, PeerConnected(other.peer_id))
+    assert core.timers._due["heartbeat"] == T0 + 2.0
+    heard = StatusHeartbeat(seq=int(T0 * 1000), sent_at=T0, interval=3000.0, roles=("relay",), agent="x",
+                            listen_addrs=("/mem/x",), tasks=(), versions={}, known_peers=(), peers=900)
+    out = core.handle(T0 + 0.5, MessageReceived(topics.STATUS, seal(other.identity, heard).wire, other.peer_id))
+    assert out[0].accepted
+    assert core.next_deadline() == T0 + 0.5
+    (pub,) = [e for e in core.handle(T0 + 0.5, Tick()) if isinstance(e, Publish)]
+    from gossip.envelope import open_envelope
+    sent = open_envelope(pub.data).message
+    assert sent.peers == 900 and sent.interval == pytest.approx(900 / 0.3)
+    # A plain core (no wait) still heartbeats on its first link.
+    plain = make_cores(1)[0]
+    plain.handle(T0, Started(()))
+    plain.handle(T0, PeerConnected(other.peer_id))
+    assert plain.next_deadline() == T0

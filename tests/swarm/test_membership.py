@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from gossip.errors import Rejected
 from gossip.messages import PeerAddrs, StatusHeartbeat
 from swarm.io import Disconnect, Emit
@@ -79,3 +81,45 @@ def test_maintain_dials_only_while_short_of_links():
     assert m.maintain(100.0, Rng(1), lambda p: False) == []
     m.on_disconnected("p1")
     assert len(m.maintain(100.0, Rng(1), lambda p: False)) == 1
+
+
+def beat(seq: int, now: float, interval: float, peers: int) -> StatusHeartbeat:
+    return StatusHeartbeat(seq=seq, sent_at=now, interval=interval, roles=("relay",), agent="t", listen_addrs=(),
+                           tasks=(), versions={}, known_peers=(), peers=peers)
+
+
+def hearing(declared: list[int], budget: float = 0.3) -> Membership:
+    m = Membership("self", MembershipConfig(status_budget=budget))
+    for i, size in enumerate(declared):
+        m.on_heartbeat(100.0, f"p{i:02d}", beat(1, 100.0, 3000.0, size))
+    return m
+
+
+def test_a_newcomer_borrows_the_swarm_size_others_declare():
+    """CORE_CHANGES item 8: seconds after joining a 1,000-peer swarm we have heard a handful of peers;
+    our own count would give a short interval (and a second heartbeat soon), the declared size does not."""
+    m = hearing([1000, 990, 1000, 0, 0])  # 0: peers that knew nobody, ignored
+    interval, size = m.pace(uptime=3.0)
+    assert size == 1000 and interval == pytest.approx(1000 / 0.3)
+    assert m.heartbeat_interval(3.0) == interval
+
+
+def test_a_settled_peer_goes_by_its_own_count():
+    """Once our table has had time to fill, we count for ourselves: when the swarm shrinks, the sizes
+    others declared earlier must not keep everyone's interval long (borrowed sizes would sustain each
+    other forever)."""
+    m = hearing([1000] * 5)
+    interval, size = m.pace(uptime=10_000.0)
+    assert size == 6 and interval == pytest.approx(6 / 0.3)
+    assert m.heartbeat_interval() == interval  # no uptime given: a settled peer
+
+
+def test_a_lying_minority_cannot_move_the_borrowed_size():
+    m = hearing([1 << 20] * 3 + [100] * 5)
+    assert m.pace(uptime=1.0)[1] == 100
+
+
+def test_a_peer_that_heard_nobody_declares_no_size():
+    m = Membership("self", MembershipConfig(status_budget=0.3))
+    interval, size = m.pace(uptime=0.0)
+    assert size == 0 and interval == pytest.approx(1 / 0.3)
