@@ -42,20 +42,24 @@ class SwarmingConfig:
     latency_ms: float = 50.0  # one way
     degree: int = 16  # links per peer in the swarm
     mode: str = "swarm"  # "swarm" or "star"
-    # exchange settings: the best of sweeps at 100 peers (per_peer 1-2, in flight 1-32, slots 1-32, upload
-    # queue 0-32, have interval 0-0.25 s, 0.25-1 MiB shards, degree 16-32): one request per source at a
-    # time, eight from different sources, eight upload slots, no upload queue (a peer whose slots are full
-    # answers "busy" at once and the asker turns to another holder: 2.03x -> 1.79x at 100 peers, 1 MiB),
-    # haves batched for 0.1 s. Neither latency (1 ms: 2.0x) nor have batching (0 s: 2.05x) is what costs
-    # at 1 MiB: it is how long one shard takes per hop while uplinks are shared (1 MiB at 1/8 of 50 Mbit/s
-    # is 1.3 s; a shard the origin sends last needs ~log2(N) hops); 256 KiB shards: 1.59x at 100 (1.45x
-    # with max_in_flight 16).
-    per_peer: int = 1
-    max_in_flight: int = 8
-    have_interval: float = 0.1
-    spread: int = 1  # the origin's super-seeding (ExchangeConfig.spread)
-    upload_slots: int = 8
-    upload_queue: int = 0
+    # exchange settings: ExchangeConfig's defaults (the node's), the best of sweeps at 100 peers (per_peer
+    # 1-2, in flight 1-32, slots 1-32, upload queue 0-32, have interval 0-0.5 s, 0.25-1 MiB shards, degree
+    # 16-32): one request per source at a time, eight from different sources, eight upload slots, no upload
+    # queue (a peer whose slots are full answers "busy" at once and the asker turns to another holder:
+    # 2.03x -> 1.79x at 100 peers, 1 MiB), haves batched for 0.25 s. Neither latency (1 ms: 2.0x) nor have
+    # batching (0 s: 2.05x, 0.1 s: 1.79x, 0.5 s: 1.85x) is what costs at 1 MiB: it is how long one shard
+    # takes per hop while links are shared (1 MiB at 1/8 of 50 Mbit/s is 1.3 s; a shard the origin sends
+    # last needs ~log2(N) hops). Also slower, at 100 peers: 2-4 upload slots (1.85-2.14x), 2-4 requests in
+    # flight with 1-2 slots (2.0-2.7x), upload queues served rarest first (1.9-2.5x), an origin with 1-4
+    # slots while the others keep 8 (2.0-3.3x: its one flow still gets only 1/8 of a receiver's downlink),
+    # a "busy" peer skipped for every shard for 0.2-0.5 s (1.85x). Smaller shards shorten the hops: 512 KiB
+    # 1.62x, 256 KiB 1.59x at 100 (1.45x with max_in_flight 16), at 2-4x the events.
+    per_peer: int = ExchangeConfig.per_peer
+    max_in_flight: int = ExchangeConfig.max_in_flight
+    have_interval: float = ExchangeConfig.have_interval
+    spread: int = ExchangeConfig.spread  # the origin's super-seeding
+    upload_slots: int = ExchangeConfig.upload_slots
+    upload_queue: int = ExchangeConfig.upload_queue
     seed: int = 1
     until: float = 36_000.0
 
@@ -140,9 +144,7 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     want = Want(hashlib.blake2b(b"version", digest_size=32).digest(), "0" * 16, 1,
                 tuple(digests[id(b)] for b in blobs), sizes)
     star = cfg.mode == "star"
-    xcfg = ExchangeConfig(per_peer=cfg.per_peer, max_in_flight=cfg.max_in_flight, have_interval=cfg.have_interval,
-                          timeout=1e9 if star else 30.0, spread=-1 if star else cfg.spread,
-                          upload_slots=0 if star else cfg.upload_slots, upload_queue=cfg.upload_queue)
+    xcfg = exchange_config(cfg)
     links = _graph(n, cfg.degree, rng) if not star else [set(range(1, n))] + [{0} for _ in range(1, n)]
     hops = _hops(links)
     lat = cfg.latency_ms / 1000.0
@@ -236,6 +238,15 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
             "completed": len(times), "requests": counts["requests"],
             "trainer_upload_x": round(counts["served_by_trainer"] / count, 2),
             "bytes_moved_x": round(counts["bytes"] / size, 2), "announces": counts["announces"]}
+
+
+def exchange_config(cfg: SwarmingConfig) -> ExchangeConfig:
+    """The exchange every simulated peer runs: the node's defaults with `cfg`'s settings; in the star,
+    no timeouts (an HTTP client waits for a slow origin), no super-seeding and no upload slots."""
+    star = cfg.mode == "star"
+    return ExchangeConfig(per_peer=cfg.per_peer, max_in_flight=cfg.max_in_flight, have_interval=cfg.have_interval,
+                          timeout=1e9 if star else ExchangeConfig.timeout, spread=-1 if star else cfg.spread,
+                          upload_slots=0 if star else cfg.upload_slots, upload_queue=cfg.upload_queue)
 
 
 def _graph(n: int, degree: int, rng: Rng) -> list[set]:

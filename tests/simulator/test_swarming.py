@@ -16,3 +16,11 @@ def test_swarm_beats_the_star_and_everyone_gets_the_version():
 def test_same_seed_same_result():
     cfg = SwarmingConfig(peers=8, size_mb=4, seed=3)
     assert run_swarming(cfg) == run_swarming(cfg)
+
+
+def test_the_simulated_exchange_is_the_nodes():
+    """The figures bench/weights.py reports are for the settings the node runs (swarm/roles/shards.py)."""
+    from simulator.swarming import exchange_config
+    from swarm.exchange import ExchangeConfig
+
+    assert exchange_config(SwarmingConfig()) == ExchangeConfig()
