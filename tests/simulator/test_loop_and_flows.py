@@ -73,3 +73,30 @@ def test_cancelled_flow_never_completes_and_frees_bandwidth():
     loop.run(100)
     # second: 25 Mbit/s for 4 s (12.5 MB), then 50 Mbit/s for 37.5 MB (6 s) -> 10 s.
     assert done == [("second", pytest.approx(10.0, abs=1e-6))]
+
+
+
+def test_a_flow_whose_rest_is_below_the_clock_resolution_completes():
+    """Seen in `scale` at t = 180.85: a small flow left with 1.5e-6 bytes (above the byte tolerance)
+    at 125 MB/s needs 1.2e-14 s, less than the clock can add to 180.85; it must complete, not be
+    rescheduled at the same instant forever."""
+    loop = EventLoop()
+    done: list = []
+    flows = FlowScheduler(loop, lambda p: 125e6, lambda p: 125e6)
+    calls: list = []
+    complete = flows._complete
+
+    def counted(generation):
+        calls.append(generation)
+        if len(calls) > 1000:
+            raise AssertionError("the flow is rescheduled at the same instant forever")
+        complete(generation)
+    flows._complete = counted
+
+    def start():
+        flow = flows.start(0, 1, 100, done.append)
+        flow.remaining = 1.5e-6
+        flows._reschedule()
+    loop.at(180.84950788800023, start)
+    loop.run(until=300)
+    assert len(done) == 1 and len(calls) < 10
