@@ -46,14 +46,15 @@ class SwarmingConfig:
     # 1-2, in flight 1-32, slots 1-32, upload queue 0-32, have interval 0-0.5 s, 0.25-1 MiB shards, degree
     # 16-32): one request per source at a time, eight from different sources, eight upload slots, no upload
     # queue (a peer whose slots are full answers "busy" at once and the asker turns to another holder:
-    # 2.03x -> 1.79x at 100 peers, 1 MiB), haves batched for 0.25 s. Neither latency (1 ms: 2.0x) nor have
-    # batching (0 s: 2.05x, 0.1 s: 1.79x, 0.5 s: 1.85x) is what costs at 1 MiB: it is how long one shard
-    # takes per hop while links are shared (1 MiB at 1/8 of 50 Mbit/s is 1.3 s; a shard the origin sends
-    # last needs ~log2(N) hops). Also slower, at 100 peers: 2-4 upload slots (1.85-2.14x), 2-4 requests in
-    # flight with 1-2 slots (2.0-2.7x), upload queues served rarest first (1.9-2.5x), an origin with 1-4
-    # slots while the others keep 8 (2.0-3.3x: its one flow still gets only 1/8 of a receiver's downlink),
-    # a "busy" peer skipped for every shard for 0.2-0.5 s (1.85x). Smaller shards shorten the hops: 512 KiB
-    # 1.62x, 256 KiB 1.59x at 100 (1.45x with max_in_flight 16), at 2-4x the events.
+    # 2.03x -> 1.79x at 100 peers, 1 MiB), haves batched for 0.1 s. Neither latency (1 ms: 2.0x) nor have
+    # batching (0 s: 2.05x, 0.25 s: 1.79x, 0.5 s: 1.85x; at 1,000 peers 0.25 s: 2.14x, 0.1 s: 2.03x) is
+    # what costs at 1 MiB: it is how long one shard takes per hop while links are shared (1 MiB at 1/8 of
+    # 50 Mbit/s is 1.3 s; a shard the origin sends last needs ~log2(N) hops). Also slower, at 100 peers:
+    # 2-4 upload slots (1.85-2.14x), 2-4 requests in flight with 1-2 slots (2.0-2.7x), upload queues
+    # served rarest first (1.9-2.5x), an origin with 1-4 slots while the others keep 8 (2.0-3.3x: its one
+    # flow still gets only 1/8 of a receiver's downlink), a "busy" peer skipped for every shard for
+    # 0.2-0.5 s (1.85x). Smaller shards shorten the hops: 512 KiB 1.62x, 256 KiB 1.59x at 100 (1.45x with
+    # max_in_flight 16), at 2-4x the events.
     per_peer: int = ExchangeConfig.per_peer
     max_in_flight: int = ExchangeConfig.max_in_flight
     have_interval: float = ExchangeConfig.have_interval

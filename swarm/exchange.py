@@ -93,13 +93,14 @@ class ExchangeConfig:
     # The node (swarm/roles/shards.py) and simulator/swarming.py both use these defaults: the best of the
     # simulator's sweeps (SwarmingConfig's comment). The previous ones (per_peer 2, haves every 0.5 s,
     # unlimited slots, a queue of 32) took 2.90x size/bandwidth at 100 peers and 1.65x at 8 peers with
-    # 1 ms latency; these 1.79x and 1.20x.
+    # 1 ms latency; these 1.79x and 1.19x.
     per_peer: int = 1  # requests in flight to one peer: one per source, spread over up to max_in_flight sources
     max_in_flight: int = 8  # requests in flight for one download
     timeout: float = 20.0  # one shard request (the runtime reports it; we also enforce it)
-    have_interval: float = 0.25  # at most one ShardHave per download per this (and one when done): new shards
-    # are announced soon so neighbours fetch them on (pipelining); as fast as 0.1 s in the simulator, with
-    # fewer messages (a ShardHave goes to the whole task topic: 0.5 s cost 1.85x instead of 1.79x)
+    have_interval: float = 0.1  # at most one ShardHave per download per this (and one when done): new shards
+    # are announced soon so neighbours fetch them on (pipelining). Haves go to the whole task topic, but
+    # there are at most one per shard per peer and version; in the simulator 0.25 s gave 2.14x instead of
+    # 2.03x at 1,000 peers (the same 1.79x at 100), 0.5 s 1.85x at 100
     strikes: int = 2  # withheld/failed answers from one peer before it is skipped for that version...
     skip_for: float = 10.0  # ...for this long (it may have been overloaded, restarted or partitioned)
     endgame: bool = True
