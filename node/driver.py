@@ -15,6 +15,7 @@ from typing import Any
 import trio
 
 from node.p2p import DialError, MessageTooLarge, RequestError
+from node.p2p.reqresp import Reply
 from swarm import jobs, protocols
 from swarm.exchange import SHARD_OK, decode_response, encode_error
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, KeepShards, LocalCommand,
@@ -32,6 +33,7 @@ class _Slot:
 
     event: trio.Event = field(default_factory=trio.Event)
     value: Any = None
+    owes_sent: bool = False  # a RespondShard: the core is told ShardSent once the answer is written
 
 
 class CoreDriver:
@@ -96,13 +98,21 @@ class CoreDriver:
         finally:
             self._replies.pop(rid, None)
         respond: Respond = slot.value
-        if protocol == protocols.SHARD and respond.error is not None:
-            return encode_error(respond.error)  # in band: "busy" and "not-found" must reach the asker
-        if protocol == protocols.SHARD and self.uplink is not None:
-            await self.uplink.send(len(respond.data))  # an emulated per-peer uplink (node/uplink.py)
-        if respond.error is not None:
-            raise RequestError(respond.error)  # the adapter resets the stream; the asker sees a failure
-        return respond.data
+        owes_sent = slot.owes_sent  # the exchange holds an upload slot for this answer until ShardSent
+        try:
+            if protocol == protocols.SHARD and respond.error is not None:
+                return encode_error(respond.error)  # in band: "busy" and "not-found" must reach the asker
+            if protocol == protocols.SHARD and self.uplink is not None:
+                await self.uplink.send(len(respond.data))  # an emulated per-peer uplink (node/uplink.py)
+            if respond.error is not None:
+                raise RequestError(respond.error)  # the adapter resets the stream; the asker sees a failure
+            if owes_sent:
+                owes_sent = False  # handed on: the adapter calls done() once the bytes are written
+                return Reply(respond.data, lambda: self.feed(ShardSent(rid)))
+            return respond.data
+        finally:
+            if owes_sent:
+                self.feed(ShardSent(rid))
 
     async def command(self, name: str, args: dict) -> CommandResult:
         cid = self._new_id()
@@ -162,9 +172,10 @@ class CoreDriver:
                 slot.value = Respond(effect.request_id, SHARD_OK + data) if data is not None else Respond(
                     effect.request_id, error="not-found")
                 self.counters["shards-served" if data is not None else "shards-missing"] += 1
+                slot.owes_sent = True  # handle_request tells the core once the answer is written
                 slot.event.set()
-            # The adapter writes the answer once handle_request returns: the slot is freed then.
-            self.nursery.start_soon(self._feed_later, ShardSent(effect.request_id))
+            else:  # the asker's handler gave up waiting: nothing will be written
+                self.nursery.start_soon(self._feed_later, ShardSent(effect.request_id))
         elif isinstance(effect, StoreShard):
             if self.shards is None or not self.shards.put(effect.digest, effect.data):
                 self.counters["shard-not-stored"] += 1

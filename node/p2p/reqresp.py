@@ -23,7 +23,19 @@ from .stats import HostStats
 
 logger = logging.getLogger(__name__)
 
-RequestHandlerFn = Callable[[str, bytes], Awaitable[bytes]]
+
+
+class Reply:
+    """A handler's answer plus `done()`, called once after the answer was written (or failed to be):
+    a server that counts its uploads (the shard exchange's upload slots) learns when one really ends."""
+
+    __slots__ = ("data", "done")
+
+    def __init__(self, data: bytes, done: Callable[[], None]) -> None:
+        self.data, self.done = data, done
+
+
+RequestHandlerFn = Callable[[str, bytes], Awaitable["bytes | Reply"]]
 
 # FrameError reasons seen by the requester, mapped to RequestError reasons.
 _RESPONSE_REASONS = {"eof": "reset", "truncated": "truncated", "too_large": "too_large", "bad_varint": "malformed"}
@@ -65,9 +77,12 @@ def make_request_handler(
             await reset_quietly(stream)
             return
         stats.bytes_in[peer] += len(request)
+        done: Callable[[], None] | None = None
         try:
             with trio.fail_after(config.request_handler_timeout):
                 response = await fn(peer, request)
+                if isinstance(response, Reply):
+                    response, done = response.data, response.done
                 if not isinstance(response, (bytes, bytearray, memoryview)):
                     raise TypeError(f"{protocol} handler returned {type(response).__name__}, not bytes")
                 await write_frame(stream, bytes(response))
@@ -81,6 +96,9 @@ def make_request_handler(
             logger.debug("%s handler failed for %s: %r", protocol, peer, exc)
             await reset_quietly(stream)
             return
+        finally:
+            if done is not None:
+                done()
         stats.bytes_out[peer] += len(response)
         stats.requests_served += 1
 

@@ -109,3 +109,34 @@ async def test_server_caps_request_size():
             with pytest.raises(RequestError) as info:
                 await small.request(big.peer_id, BLOB, b"x" * 1001)  # refused locally before sending
             assert info.value.reason == "too_large"
+
+
+async def test_a_reply_reports_once_that_its_answer_was_written():
+    # The shard exchange frees an upload slot on `done`: it must come once, after the answer was
+    # written (not when the handler returns), and also when the answer could not be sent.
+    from node.p2p.reqresp import Reply
+
+    big = b"\1" * (4 * 1024 * 1024)
+    with trio.fail_after(30):
+        async with open_hosts(2) as (a, b):
+            log: list[str] = []
+
+            async def answer(peer: str, data: bytes):
+                log.append("returned")
+                return Reply(big if data == b"big" else 42, lambda: log.append("done"))  # 42: not bytes
+
+            b.set_request_handler(BLOB, answer)
+            await link(a, b)
+            assert await a.request(b.peer_id, BLOB, b"big", timeout=20) == big
+            with trio.fail_after(5):
+                while log.count("done") < 1:
+                    await trio.sleep(0.01)
+            assert log == ["returned", "done"]
+            with pytest.raises(RequestError):
+                await a.request(b.peer_id, BLOB, b"bad", timeout=5)
+            with trio.fail_after(5):
+                while log.count("done") < 2:
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)
+            assert log == ["returned", "done", "returned", "done"]
+            assert b.stats.requests_served == 1 and b.stats.requests_failed["handler_error"] == 1
