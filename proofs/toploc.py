@@ -152,7 +152,7 @@ def verify_many(items: list[tuple[bytes, torch.Tensor]]) -> list[list[ChunkResul
     import toploc
 
     results: list[list[ChunkResult] | None] = [None] * len(items)
-    same_length: dict[int, list[int]] = {}
+    same_length: dict[tuple[int, int], list[int]] = {}  # (tokens, hidden size) -> completions
     for i, (proof, hidden) in enumerate(items):
         if hidden.ndim != 2 or hidden.shape[1] < TOPK:
             raise ProofError("proof-format", f"validator hidden states have shape {tuple(hidden.shape)}")

@@ -125,8 +125,9 @@ class Versions:
         shards = [self.shards.read(h, f"shard {i} of version {job.version}") for i, h in enumerate(m.shard_hashes)]
         parent = None
         if m.encoding == "delta":
-            parent = self.unpacked(job.parent_weights) or state_of_blob(
-                self.blobs.read(job.parent_weights, "parent weights"))
+            parent = self.unpacked(job.parent_weights)
+            if parent is None:
+                parent = state_of_blob(self.blobs.read(job.parent_weights, "parent weights"))
         try:
             tensors = unpack_version(manifest_fields(m), shards, parent)
         except WeightsError as exc:
