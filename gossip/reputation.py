@@ -9,7 +9,7 @@ unbanned peer is forgotten first.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gossip import errors
 
@@ -47,14 +47,20 @@ MAX_SCORE = 20.0
 @dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
 class PeerRecord:
     accepted: int = 0
-    rejected: Counter = field(default_factory=Counter)
+    _rejected: Counter | None = None  # made on the first rejection: most records never see one
     score: float = 0.0
     banned: bool = False
     ban_reason: str = ""
     last_event: float = 0.0
 
+    @property
+    def rejected(self) -> Counter:
+        if self._rejected is None:
+            self._rejected = Counter()
+        return self._rejected
+
     def as_dict(self) -> dict:
-        return {"accepted": self.accepted, "rejected": dict(sorted(self.rejected.items())),
+        return {"accepted": self.accepted, "rejected": dict(sorted((self._rejected or {}).items())),
                 "score": round(self.score, 3), "banned": self.banned, "ban_reason": self.ban_reason}
 
 
@@ -92,6 +98,20 @@ class ReputationLedger:
         score = rec.score + ACCEPT_REWARD
         rec.score = score if score < MAX_SCORE else MAX_SCORE
         self.totals_accepted += 1
+
+    def accept_relayed(self, signer: str, forwarder: str, now: float) -> None:
+        """`accept(signer)`, then `accept(forwarder)` unless it is the signer: one call per accepted message."""
+        peers = self._peers
+        for peer in (signer,) if forwarder == signer else (signer, forwarder):
+            rec = peers.get(peer)
+            if rec is None:
+                rec = self._record(peer, now)
+            else:
+                rec.last_event = now
+            rec.accepted += 1
+            score = rec.score + ACCEPT_REWARD
+            rec.score = score if score < MAX_SCORE else MAX_SCORE
+            self.totals_accepted += 1
 
     def reject(self, peer: str, reason: str, now: float) -> bool:
         """Count a rejection against `peer`; True if this pushed the peer into a ban just now."""

@@ -293,8 +293,10 @@ class Simulation:
         accepted = verdict.accepted
         if accepted:
             # Hand-built canonical JSON (sorted keys): this is the hottest record.
-            self.trace.record_raw(now, j, "deliver", f'{{"from":{i},"m":"{msg.hex}"}}',
-                                  {"from": i, "m": msg.hex} if self._observe_deliver else None)
+            if self._observe_deliver:
+                self.trace.record_raw(now, j, "deliver", f'{{"from":{i},"m":"{msg.hex}"}}', {"from": i, "m": msg.hex})
+            else:
+                self.trace.line(now, j, "deliver", f'{{"from":{i},"m":"{msg.hex}"}}')
             if node.behaviour is not None:
                 node.behaviour.on_accepted(self, node, msg.topic, msg.data)
         else:
@@ -621,8 +623,11 @@ class Simulation:
             peer = fields.get("peer")
             if type(peer) is str and peer.isalnum():  # the many peer-alive/-connected events: skip json
                 kind = "emit." + e.event
-                self.trace.record_raw(self.loop.now, i, kind, f'{{"peer":"{peer}"}}',
-                                      dict(fields) if self.trace.observed(kind) else None)
+                trace = self.trace
+                if trace.observed(kind):
+                    trace.record_raw(self.loop.now, i, kind, f'{{"peer":"{peer}"}}', dict(fields))
+                else:
+                    trace.line(self.loop.now, i, kind, f'{{"peer":"{peer}"}}')
                 return
         self.trace.record(self.loop.now, i, "emit." + e.event, dict(fields))
 

@@ -227,10 +227,11 @@ class PeerCore:
         return peer_id_from_public_key(public_key)
 
     def _on_message(self, now: float, inp: MessageReceived) -> list:
-        blame = inp.from_peer
+        blame = forwarder = inp.from_peer
+        ledger = self.ledger
         try:
-            if self.ledger.is_banned(inp.from_peer):
-                raise Rejected(errors.BANNED, f"forwarder {inp.from_peer} is banned")
+            if ledger.is_banned(forwarder):
+                raise Rejected(errors.BANNED, f"forwarder {forwarder} is banned")
             allowed = topics.allowed_kinds(inp.topic)
             if not allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"unknown topic {inp.topic[:80]!r}")
@@ -240,7 +241,7 @@ class PeerCore:
                 return [ACCEPTED]  # our own message echoed back: nothing to learn
             if signed.kind not in allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
-            if self.ledger.is_banned(signer):
+            if ledger.is_banned(signer):
                 raise Rejected(errors.BANNED, f"signer {signer} is banned")
             if not self.seen.add(signed.msg_id, now):
                 # py-libp2p validates concurrent copies of one message before marking it seen, so an
@@ -249,16 +250,14 @@ class PeerCore:
             blame = signer
             if not self.buckets.take(signer, now):
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
-            effects = self._dispatch(now, inp.topic, signed, signer, inp.from_peer)
+            effects = self._dispatch(now, inp.topic, signed, signer, forwarder)
         except Rejected as rej:
             if rej.reason in (errors.OUT_OF_WINDOW, errors.STALE):
-                blame = inp.from_peer  # signed in its window; whoever delivers it late is at fault
+                blame = forwarder  # signed in its window; whoever delivers it late is at fault
             self.stats.on_received(inp.topic, len(inp.data), accepted=False)
             return [MessageVerdict(False, rej.reason)] + self._penalise(now, blame, rej)
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
-        self.ledger.accept(signer, now)
-        if inp.from_peer != signer:
-            self.ledger.accept(inp.from_peer, now)  # relaying valid traffic is good behaviour too
+        ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
         return [ACCEPTED] + effects
 
     def _penalise(self, now: float, peer: str, rej: Rejected) -> list:

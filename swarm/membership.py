@@ -128,11 +128,15 @@ class Membership:
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
-        info = self.peers.get(peer)
+        peers = self.peers
+        info = peers.get(peer)
         if info is None:
-            info = self._info(peer)
-            if info is None:
-                return []
+            if peer != self.self_id and len(peers) < cfg.max_peers:
+                info = peers[peer] = PeerInfo(peer)  # _info's common case, inlined (once per new peer)
+            else:
+                info = self._info(peer)
+                if info is None:
+                    return []
         if beat.seq <= info.last_seq:
             # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
@@ -144,11 +148,13 @@ class Membership:
         info.latency = max(0.0, now - beat.sent_at)
         info.interval, info.swarm = beat.interval, beat.peers
         info.roles, info.agent, info.tasks = beat.roles, beat.agent, beat.tasks
-        info.versions = dict(beat.versions)
+        if info.versions != beat.versions:  # most heartbeats repeat the last (or declare none): keep ours
+            info.versions = dict(beat.versions)
         if beat.listen_addrs:
             info.addrs = beat.listen_addrs[:4]
-        heapq.heappush(self._due, (now + self.gone_threshold(info), peer, now))
-        peers = self.peers
+        # gone_threshold(info), inlined
+        gone = cfg.gone_factor * beat.interval + 1.0
+        heapq.heappush(self._due, (now + (cfg.gone_after if cfg.gone_after >= gone else gone), peer, now))
         for known in beat.known_peers:
             other = peers.get(known.peer_id)
             if other is None or not other.addrs:  # the common case, a peer we know with addresses: nothing to do
