@@ -101,17 +101,9 @@ class ReputationLedger:
 
     def accept_relayed(self, signer: str, forwarder: str, now: float) -> None:
         """`accept(signer)`, then `accept(forwarder)` unless it is the signer: one call per accepted message."""
-        peers = self._peers
-        for peer in (signer,) if forwarder == signer else (signer, forwarder):
-            rec = peers.get(peer)
-            if rec is None:
-                rec = self._record(peer, now)
-            else:
-                rec.last_event = now
-            rec.accepted += 1
-            score = rec.score + ACCEPT_REWARD
-            rec.score = score if score < MAX_SCORE else MAX_SCORE
-            self.totals_accepted += 1
+        self.accept(signer, now)
+        if forwarder != signer:
+            self.accept(forwarder, now)
 
     def reject(self, peer: str, reason: str, now: float) -> bool:
         """Count a rejection against `peer`; True if this pushed the peer into a ban just now."""
