@@ -9,6 +9,7 @@ thread and logs to `<base-dir>/local.log`; quitting the UI stops the swarm.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 import time
@@ -33,6 +34,11 @@ PROBE_INTERVAL = 2.0
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
               heartbeat: float = 2.0, probe_interval: float = PROBE_INTERVAL, malicious: list[str] | None = None,
               tui: bool = False) -> int:
+    # SIGINT is how this launcher is stopped (Ctrl-C, or `kill -INT`). A shell that starts a job in
+    # the background hands it SIGINT ignored, and then the signal did nothing: a CI run started
+    # that way failed test_local_resume (the run went on past its Ctrl-C until killed).
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     base_dir = Path(base_dir)
     dirs = [base_dir / f"peer{i}" for i in range(peers)]
     # The last len(malicious) peers cheat, one kind each (--malicious K:KIND); a lying validator
