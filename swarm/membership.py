@@ -129,14 +129,9 @@ class Membership:
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
         peers = self.peers
-        info = peers.get(peer)
+        info = peers.get(peer) or self._info(peer)
         if info is None:
-            if peer != self.self_id and len(peers) < cfg.max_peers:
-                info = peers[peer] = PeerInfo(peer)  # _info's common case, inlined (once per new peer)
-            else:
-                info = self._info(peer)
-                if info is None:
-                    return []
+            return []
         if beat.seq <= info.last_seq:
             # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
@@ -152,9 +147,7 @@ class Membership:
             info.versions = dict(beat.versions)
         if beat.listen_addrs:
             info.addrs = beat.listen_addrs[:4]
-        # gone_threshold(info), inlined
-        gone = cfg.gone_factor * beat.interval + 1.0
-        heapq.heappush(self._due, (now + (cfg.gone_after if cfg.gone_after >= gone else gone), peer, now))
+        heapq.heappush(self._due, (now + self.gone_threshold(info), peer, now))
         for known in beat.known_peers:
             other = peers.get(known.peer_id)
             if other is None or not other.addrs:  # the common case, a peer we know with addresses: nothing to do
@@ -260,12 +253,11 @@ class Membership:
         if missing <= 0:
             return []
         candidates = [p for p in sorted(self.peers) if self.dialable(self.peers[p], now) and not is_banned(p)]
-        effects = []
-        for peer in rng.sample(candidates, missing):
-            info = self.peers[peer]
-            info.next_dial = now + self.config.dial_backoff  # at most one dial in flight per backoff period
-            effects.append(Dial(peer, info.addrs))
-        return effects
+        return [self.dial(self.peers[peer], now) for peer in rng.sample(candidates, missing)]
+
+    def dial(self, info: PeerInfo, now: float) -> Dial:
+        info.next_dial = now + self.config.dial_backoff  # at most one dial in flight per backoff period
+        return Dial(info.peer_id, info.addrs)
 
     def dialable(self, info: PeerInfo, now: float) -> bool:
         # Gone peers stay dialable (with backoff): after a partition heals, nothing else would bring the

@@ -16,7 +16,7 @@ from gossip.messages import ShardHave, WeightManifest
 from swarm import protocols
 from swarm.exchange import (Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want,
                             decode_request, encode_request)
-from swarm.io import CheckShards, Dial, Emit, KeepShards, Respond, RespondShard, StoreShard
+from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
 from swarm.roles.base import Role
 
 HOLDER_LINKS = 2  # extra links a peer may open to reach holders of a version it is missing
@@ -169,9 +169,8 @@ class ShardsRole(Role):
             if not candidates:
                 continue
             info = candidates[ex.rng.randrange(len(candidates))]
-            info.next_dial = now + membership.config.dial_backoff
             dialed[info.peer_id] = now
-            effects.append(Dial(info.peer_id, info.addrs))
+            effects.append(membership.dial(info, now))
             if len(dialed) >= HOLDER_LINKS:
                 break
         return effects
