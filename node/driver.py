@@ -18,10 +18,10 @@ from node.p2p import DialError, MessageTooLarge, RequestError
 from node.p2p.reqresp import Reply
 from swarm import jobs, protocols
 from swarm.exchange import SHARD_OK, decode_response, encode_error
-from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, KeepShards, LocalCommand,
-                      MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
-                      Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent, StoreBlob,
-                      StoreShard, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
+                      LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
+                      RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
+                      ShardsPresent, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
@@ -185,6 +185,9 @@ class CoreDriver:
         elif isinstance(effect, KeepShards):
             if self.shards is not None:
                 self.nursery.start_soon(trio.to_thread.run_sync, self.shards.gc, effect.keep)
+        elif isinstance(effect, DropBlobs):
+            if self.blobs is not None:
+                self.nursery.start_soon(trio.to_thread.run_sync, self.blobs.drop, effect.digests)
         elif isinstance(effect, StoreBlob):
             if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
                 self.counters["blob-not-stored"] += 1

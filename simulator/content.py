@@ -30,6 +30,7 @@ SHARD_CACHE_BYTES = 96 << 20  # shard bytes kept built (shared by every peer tha
 NODE_BLOBS = 4096  # blobs one peer keeps (LRU), like a bounded blob store
 NODE_SHARDS = 65536  # shards one peer keeps at most (the core's KeepShards normally keeps far fewer)
 NODE_SEEN = 8192  # batch contents one peer's verify jobs remember (duplicate check), like trainer/jobs.py
+NODE_GENERATED = 4096  # prompt slices a worker's job process remembers (trainer/generated.py keeps 64 versions)
 GC_GRACE = 300.0  # KeepShards spares shards younger than this, like node/shardstore.py
 
 
@@ -146,12 +147,22 @@ class NodeStore:
     shards: OrderedDict = field(default_factory=OrderedDict)  # digest -> virtual time stored
     seen: OrderedDict = field(default_factory=OrderedDict)  # batch contents verified (job process memory)
     published: dict = field(default_factory=dict)  # task id -> (version, weights id) a trainer's jobs made last
+    generated: OrderedDict = field(default_factory=OrderedDict)  # (task, worker, version, prompts) generated
+
+    def record_generated(self, key) -> None:
+        self.generated[key] = None
+        while len(self.generated) > NODE_GENERATED:
+            self.generated.popitem(last=False)
 
     def add_blob(self, digest: bytes) -> None:
         self.blobs[bytes(digest)] = None
         self.blobs.move_to_end(bytes(digest))
         while len(self.blobs) > NODE_BLOBS:
             self.blobs.popitem(last=False)
+
+    def drop_blobs(self, digests) -> None:
+        for digest in digests:
+            self.blobs.pop(bytes(digest), None)
 
     def has_blob(self, digest: bytes) -> bool:
         return bytes(digest) in self.blobs

@@ -212,6 +212,10 @@ class RoleExecutor:
     def _generate(self, ctx: JobContext, duration: float) -> JobOutcome:
         job: jobs.GenerateJob = ctx.payload
         self._need_blob(ctx, job.weights, f"weights of version {job.version}")
+        claim = (job.task.task_id, bytes(job.worker_key), job.version, tuple(job.prompt_indices))
+        if claim in ctx.store.generated:  # trainer/generated.py: a restarted worker never commits a slice twice
+            return JobOutcome(0.0, True, jobs.GenerateResult(b"", 0, 0, 0.0, repeated=True), honest=True)
+        ctx.store.record_generated(claim)
         rng = ctx.rng
         cheat = ctx.cheat if ctx.cheat in GENERATING_CHEATS else ""
         prompts, weights = tuple(job.prompt_indices), bytes(job.weights)

@@ -33,10 +33,10 @@ from simulator.trace import Trace
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome, JobRegistry, RealExecutor, real_function
 from swarm import protocols
 from swarm.core import PeerCore
-from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, Emit, JobFinished, KeepShards,
-                      LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
-                      RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
-                      ShardsPresent, Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished,
+                      KeepShards, LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected,
+                      Publish, RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest,
+                      ShardSent, ShardsPresent, Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
 from swarm.rng import Rng, stable_seed
 
 EPOCH = 1.8e9  # virtual wall-clock origin, so message timestamps look like real ones
@@ -127,6 +127,7 @@ class Simulation:
             Respond: self._do_respond, RunJob: self._do_job, Emit: self._do_emit, CommandResult: self._do_result,
             MessageVerdict: lambda i, e: None, StoreBlob: self._do_store_blob, StoreShard: self._do_store_shard,
             RespondShard: self._do_respond_shard, CheckShards: self._do_check_shards, KeepShards: self._do_keep_shards,
+            DropBlobs: self._do_drop_blobs,
         }
 
     # ------------------------------------------------------------------ helpers
@@ -501,6 +502,9 @@ class Simulation:
     def _do_store_blob(self, i: int, e: StoreBlob) -> None:
         if self.content.size(e.digest) == len(e.data):  # the core checked the hash; we know the content
             self.nodes[i].store.add_blob(e.digest)
+
+    def _do_drop_blobs(self, i: int, e: DropBlobs) -> None:
+        self.nodes[i].store.drop_blobs(e.digests)
 
     def _do_store_shard(self, i: int, e: StoreShard) -> None:
         self.nodes[i].store.add_shard(e.digest, self.loop.now)

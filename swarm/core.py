@@ -23,6 +23,7 @@ from gossip.messages import (MAX_PEERS_DECLARED, Message, Probe, RolloutCommitme
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols
+from swarm.blobrefs import BlobRefs
 from swarm.commitments import CommitmentBook
 from swarm.io import (Ban, CommandResult, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived,
                       MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
@@ -97,6 +98,7 @@ class PeerCore:
                         "mirror": MirrorRole, "leech": LeechRole}
         self.roles: list[Role] = [role_classes[r](self) for r in self.config.roles if r in role_classes]
         self.shards = ShardsRole(self, Rng(stable_seed("shards", seed)))  # every peer serves what it holds
+        self.blobs = BlobRefs()  # weights blobs the roles still use; the rest are deleted
         self._heartbeat_seq = -1
         self._probe_seq = -1
 

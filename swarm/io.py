@@ -188,6 +188,14 @@ class StoreBlob:
 
 
 @dataclass(frozen=True)
+class DropBlobs:
+    """Delete these blobs: weights of versions every role has released (the runtime also caps the
+    blob store by bytes, oldest first; this keeps old versions from filling that cap)."""
+
+    digests: tuple[bytes, ...]
+
+
+@dataclass(frozen=True)
 class StoreShard:
     """Keep this weight shard (the core checked its length and hash against a signed manifest)."""
 
@@ -238,4 +246,4 @@ class CommandResult:
 
 
 Effect = (MessageVerdict | Publish | Subscribe | Unsubscribe | SendRequest | Respond | Dial | Disconnect | Ban
-          | RunJob | StoreBlob | StoreShard | RespondShard | CheckShards | KeepShards | Emit | CommandResult)
+          | RunJob | StoreBlob | DropBlobs | StoreShard | RespondShard | CheckShards | KeepShards | Emit | CommandResult)

@@ -97,6 +97,9 @@ class GenerateResult:
     # Only a cheating job (the cherry-pick demo) answers with prompts other than those it was given;
     # the worker commits to whatever the batch really holds, so validators can catch it.
     prompt_indices: tuple[int, ...] | None = None
+    # The job had generated this slice before (the worker restarted since): committing it again
+    # would look like a replay (two commitments for one slice), so nothing was generated.
+    repeated: bool = False
 
 
 @dataclass(frozen=True)

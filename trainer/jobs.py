@@ -28,7 +28,7 @@ import torch
 
 from swarm import jobs
 from proofs import toploc
-from trainer import trainstate
+from trainer import generated, trainstate
 from trainer.batch_codec import BatchError, RolloutBatch, RolloutSample, decode, encode
 from trainer.blobdir import BlobDir, BlobError
 from trainer.envs import get_env
@@ -169,14 +169,22 @@ class JobWorker:
 
     def generate(self, job: jobs.GenerateJob) -> jobs.GenerateResult:
         """`samples_per_prompt` seeded completions per assigned prompt, scored, each with its TOPLOC
-        proof (proofs/toploc.py), stored as one batch."""
+        proof (proofs/toploc.py), stored as one batch; `repeated` (nothing generated) for a slice this
+        worker generated before a restart (trainer/generated.py)."""
         _env(job.task.env)
         if not job.prompt_indices or job.samples_per_prompt < 1:
             raise JobError("generate: the job names no prompts or no samples per prompt")
+        grpo_config(job.task.params)  # bad task params are an error, whether or not the slice is new
+        state, claim = self._state_path(job.task.task_id), (job.worker_key, job.version, job.prompt_indices)
+        if generated.seen(state, *claim):
+            return jobs.GenerateResult(b"", 0, 0, 0.0, repeated=True)  # maybe committed before a restart
         if self.cheat is not None and self.cheat.generates:
-            return self.cheat.generate(self, job)
-        model, tokenizer = self._policy(job.task.model, job.weights)
-        return self.store_batch(job, job.prompt_indices, self.rollouts(job, model, tokenizer, job.prompt_indices))
+            result = self.cheat.generate(self, job)
+        else:
+            model, tokenizer = self._policy(job.task.model, job.weights)
+            result = self.store_batch(job, job.prompt_indices, self.rollouts(job, model, tokenizer, job.prompt_indices))
+        generated.record(state, *claim)
+        return result
 
     def rollouts(self, job: jobs.GenerateJob, model, tokenizer, indices) -> list[RolloutSample]:
         """Seeded completions of `model` for prompts `indices`, scored, with proofs."""

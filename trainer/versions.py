@@ -109,7 +109,13 @@ class Versions:
         resumes from them rather than from the rounded version peers run."""
         digest = self.blobs.write(master)
         state_path.mkdir(parents=True, exist_ok=True)
+        try:
+            before = bytes.fromhex((state_path / MASTER_FILE).read_text().split()[1])
+        except (OSError, ValueError, IndexError):
+            before = None
         write_text_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n")
+        if before is not None and before != digest:  # only the newest is ever resumed from
+            self.blobs.path(before).unlink(missing_ok=True)
 
     def master(self, state_path: Path, published: bytes) -> bytes | None:
         try:

@@ -8,7 +8,8 @@ its parent is installed (or it is a full version), an `unpack` job rebuilds it (
 every shard, the root and every tensor hash are checked again) and stores the weights as a blob,
 whose hash is what generate and verify jobs use. A newcomer installs the chain from the last full
 version forward (the trainer re-announces that chain). Versions older than the window (`keep`)
-plus a margin are released, and their shards garbage-collected.
+plus a margin are released: their shards are garbage-collected and their weights blobs deleted
+once no other role of this peer holds them (`core.blobs`).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class PolicyFollower:
             return effects
         result: jobs.VersionResult = done.result
         self.held[version] = result.weights
+        core.blobs.hold(self, result.weights)
         core.versions[self.task_id] = max(core.versions.get(self.task_id, -1), max(self.held))
         effects = [Emit("version-installed", {"task_id": self.task_id, "version": version})]
         effects += self._forget_old(now)
@@ -137,9 +139,11 @@ class PolicyFollower:
         floor = self.latest - self.keep - MARGIN
         newest = max(self.held)
         effects: list = []
+        released = []
         for v in sorted(self.held):
             if v < floor and v != newest:
-                del self.held[v]
+                released.append(self.held.pop(v))
+        effects += self.core.blobs.release(self, [d for d in released if d not in self.held.values()])
         for v in sorted(self.manifests):
             if v < floor and v != newest:
                 m = self.manifests.pop(v)

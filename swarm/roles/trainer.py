@@ -243,10 +243,13 @@ class TrainerRole(Role):
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": f"bad manifest: {exc}"[:300]})]
         state.version, state.weights, state.weights_size = result.version, result.weights, result.size
         state.weights_by_version[result.version] = result.weights
-        for version in [v for v in state.weights_by_version if v < result.version - state.async_level]:
-            del state.weights_by_version[version]
+        self.core.blobs.hold(self, result.weights)
+        old = [state.weights_by_version.pop(v) for v in sorted(state.weights_by_version)
+               if v < result.version - state.async_level]
+        kept = set(state.weights_by_version.values())
+        released = self.core.blobs.release(self, [d for d in old if d not in kept])
         self.core.versions[task_id] = result.version
-        effects = self._keep_chain(now, state, manifest)
+        effects = released + self._keep_chain(now, state, manifest)
         for p in state.in_step:
             state.trained_commitments += 1
             state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt

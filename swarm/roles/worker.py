@@ -5,7 +5,9 @@ any peer whose heartbeat says it holds that version), then run one `generate` jo
 newest policy we hold, as long as it is within the task's async window of the newest version
 announced. Prompts are never chosen: batch b of version v is slice b of the hash-assigned prompt
 list for (task, our key, v), which anyone can recompute. Each finished batch is stored as a blob
-and announced with a signed rollout commitment.
+and announced with a signed rollout commitment. The batch counter is in memory, so after a restart
+the generate job itself skips slices it generated before (`repeated`): two commitments for one
+slice would get us banned as a replayer.
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ class WorkerRole(Role):
             self.core.set_timer(f"worker:{task_id}:retry", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": jobs.GENERATE, "error": done.error[:200]})]
         result: jobs.GenerateResult = done.result
+        if result.repeated:  # generated before we restarted, maybe committed: never commit a slice twice
+            return [Emit("rollouts-skipped", {"task_id": task_id, "version": version,
+                                              "reason": "generated before a restart"})] + self._maybe_generate(now, state)
         indices = result.prompt_indices if result.prompt_indices is not None else indices
         commitment = RolloutCommitment(
             task_id=task_id, policy_version=version, created_at=now, blob_hash=result.blob, blob_size=result.size,

@@ -243,3 +243,32 @@ def test_without_holder_dials_sparse_followers_starve(tmp_path, monkeypatch):
     index = {rec["peer"]: rec["f"]["id"] for rec in records if rec["ev"] == "peer"}
     installed = {index[rec["peer"]] for rec in records if rec["ev"] == "emit.version-installed"}
     assert installed < followers, (len(installed), len(followers))
+
+
+@pytest.mark.parametrize("job_remembers", [True, False])
+def test_crash_restarted_worker_is_not_banned_as_a_replayer(monkeypatch, job_remembers):
+    """A restarted worker starts its batch counter at 0 again; its job process remembers the slices
+    it generated (trainer/generated.py, simulator/content.py), so it never commits one twice. Without
+    that memory the same crashes get it banned for a replay (the churn scenario did, before)."""
+    from simulator.content import NodeStore
+    from simulator.run import prepare
+    from simulator.trace import Trace
+
+    if not job_remembers:
+        monkeypatch.setattr(NodeStore, "record_generated", lambda self, key: None)
+    trace = Trace()
+    banned, skipped = [], []
+    trace.observe("emit.peer-banned", lambda t, peer, kind, f: banned.append((peer, f.get("reason", ""))))
+    trace.observe("emit.rollouts-skipped", lambda t, peer, kind, f: skipped.append((t, peer)))
+    sim, _ = prepare(scenario(name="restarts", duration=400, workers=3), trace)
+    worker = 2  # trainer, validator, then the workers
+    for at in range(60, 330, 15):  # generate jobs take 10 s: some crashes come right after a commitment
+        sim.loop.run(float(at))
+        sim.stop_peer(worker, "crash")
+        sim.loop.run(at + 2.0)
+        sim.start_peer(worker)
+    sim.loop.run(400.0)
+    if job_remembers:
+        assert not banned and skipped and {p for _, p in skipped} == {worker}
+    else:
+        assert banned and {r for _, r in banned} == {"cheated"} and not skipped

@@ -12,11 +12,10 @@ from collections import deque
 
 from swarm.core import PeerCore
 from swarm import protocols
-from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, Emit, JobFinished, KeepShards, MessageReceived,
-                      MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived, Respond,
-                      RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent, Started,
-                      StoreBlob,
-                      StoreShard, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, KeepShards,
+                      MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
+                      Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent,
+                      Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
 
 
 FAKE_SHARD = 256
@@ -70,6 +69,7 @@ class MemoryNet:
         self.serve_hook = None  # optional fn(server, digest, data) -> bytes | None: what a server really sends
         self.jobs = None  # optional executor: fn(peer, RunJob) -> (ok, result, error, blobs produced)
         self.jobs_run: list[tuple[str, RunJob]] = []
+        self.dropped_blobs: list[tuple[str, bytes]] = []
         self.job_seconds = 0.5  # jobs take virtual time, as real ones do
         self._delayed: list[tuple[float, int, str, object]] = []
 
@@ -161,6 +161,10 @@ class MemoryNet:
         elif isinstance(effect, CheckShards):
             held = frozenset(d for d in effect.digests if d in self.shards[peer])
             self._pending.append((peer, ShardsPresent(effect.root, held)))
+        elif isinstance(effect, DropBlobs):
+            for digest in effect.digests:
+                self.blobs[peer].pop(digest, None)
+                self.dropped_blobs.append((peer, digest))
         elif isinstance(effect, KeepShards):
             for digest in [d for d in self.shards[peer] if d not in effect.keep]:
                 del self.shards[peer][digest]

@@ -226,3 +226,63 @@ def test_validator_role_checks_and_its_verdicts_ban_cheaters():
     work = validator.snapshot(net.now)["work"]["validator"][t.task_id]
     assert work["passed"] > 0 and work["failed"] >= 1
     assert all(c.is_banned(workers[0].peer_id) for c in [trainer, validator, *workers[1:]])
+
+
+@pytest.mark.parametrize("job_remembers", [True, False])
+def test_a_crash_restarted_worker_never_commits_a_slice_twice(job_remembers):
+    """The batch counter is in the core's memory; a restarted worker starts at slice 0 of the newest
+    version again. Its job process remembers the slices it generated (trainer/generated.py) and
+    answers `repeated`, so the worker moves on; without that memory it re-commits a slice and is
+    banned as a replayer (found by the simulator's churn scenario)."""
+    made: dict[str, set] = {}
+    training = [True]
+
+    def remembering(peer, job):
+        if job.kind == jobs.TRAIN and not training[0]:
+            return False, None, "paused by the test", {}
+        if job.kind == jobs.GENERATE and job_remembers:
+            key = (job.payload.version, tuple(job.payload.prompt_indices))
+            if key in made.setdefault(peer, set()):
+                return True, jobs.GenerateResult(b"", 0, 0, 0.0, repeated=True), "", {}
+            made[peer].add(key)
+        return fake_jobs(peer, job)
+
+    net, trainer, (worker,), task_id = swarm(n_workers=1, executor=remembering)
+    net.run_for(6)
+    training[0] = False  # the version stays put, so the restarted worker comes back to the same one
+    net.run_for(10)
+    version = trainer.versions[task_id]
+    committed = [f["version"] for p, f in net.events_named("rollouts-committed") if p == worker.peer_id]
+    assert committed[-1] == version
+    net.stop(worker.peer_id)
+    restarted = PeerCore(worker.identity, CoreConfig(roles=("worker",)), seed=99)
+    net.cores[worker.peer_id], net.subs[worker.peer_id], net.gossip_seen[worker.peer_id] = restarted, set(), set()
+    net.start(worker.peer_id)
+    net.connect(trainer.peer_id, worker.peer_id)
+    net.run_for(10)
+    training[0] = True
+    net.run_for(10)
+    assert trainer.is_banned(worker.peer_id) is not job_remembers
+    if job_remembers:
+        skipped = [f for p, f in net.events_named("rollouts-skipped") if p == worker.peer_id]
+        assert skipped and {f["version"] for f in skipped} == {version}
+        assert trainer.versions[task_id] > version + 2  # training went on with the restarted worker
+
+
+def test_weights_of_released_versions_are_deleted_everywhere():
+    """Every version is a weights blob on every peer; those older than the async window plus a margin
+    are dropped (a 900 s local run kept 5.6 GB of them per worker before), the newest never."""
+    net, trainer, workers, task_id = swarm(n_workers=2)
+    net.run_for(30)
+    newest = trainer.versions[task_id]
+    assert newest >= 8
+    for core in [trainer, *workers]:
+        dropped = {d for p, d in net.dropped_blobs if p == core.peer_id}
+        held = (range(newest + 1) if core is trainer else  # a worker may skip versions, never holding them
+                {f["version"] for p, f in net.events_named("version-installed") if p == core.peer_id})
+        old = {h(f"w{v}".encode()) for v in held if v < newest - 5}  # window 2, margin 1, a version behind
+        assert len(old) >= newest - 12 and old <= dropped, (core.peer_id, len(old), len(dropped))
+        assert h(f"w{newest}".encode()) not in dropped and h(f"w{newest}".encode()) in net.blobs[core.peer_id]
+    for w in workers:  # what a worker still holds is still on its disk
+        for digest in w.blobs.held():
+            assert digest in net.blobs[w.peer_id]

@@ -49,8 +49,36 @@ def test_generate_is_seeded_scored_and_decodable(initialised):
     for s in batch.samples:
         assert s.reward in (0.0, 1.0) and len(s.logprobs) == len(s.token_ids)
         assert len(s.proof) == proof_size(len(s.token_ids))  # one TOPLOC proof per completion
-    assert gen(worker, v0).blob == res.blob  # replayable: same job, same bytes
+    # replayable: the same job in another job process gives the same bytes
+    assert gen(JobWorker(blobs, blobs.parent / "state-again"), v0).blob == res.blob
     assert gen(worker, v0, worker_key=b"x" * 32).blob != res.blob
+
+
+def test_a_slice_generated_before_a_restart_is_not_generated_again(initialised):
+    """A restarted worker's batch counter starts at 0 again; committing a slice twice would get it
+    banned as a replayer, so the job answers `repeated` for a slice its state dir says it made."""
+    worker, blobs, state, v0 = initialised
+    first = gen(worker, v0, prompts=(101, 102))
+    assert not first.repeated and first.blob
+    restarted = JobWorker(blobs, state)  # a new job process on the same data dir
+    again = gen(restarted, v0, prompts=(101, 102))
+    assert again.repeated and again.blob == b"" and again.num_tokens == 0
+    assert not gen(restarted, v0, prompts=(103, 104)).repeated  # the next slice is generated
+    assert not gen(restarted, v0, prompts=(101, 102), worker_key=b"y" * 32).repeated  # another worker's slice
+
+
+def test_a_failed_generation_is_not_recorded(initialised, monkeypatch):
+    worker, _, _, v0 = initialised
+    from trainer.envs import DigitSort
+
+    def broken(self, prompt, text, finished=True):
+        raise ZeroDivisionError("checker bug")
+
+    with monkeypatch.context() as m:
+        m.setattr(DigitSort, "reward", broken)
+        with pytest.raises(JobError):
+            gen(worker, v0, prompts=(201, 202))
+    assert not gen(worker, v0, prompts=(201, 202)).repeated
 
 
 def test_train_makes_version_one_and_resumes_from_state_dir(initialised):
@@ -63,10 +91,12 @@ def test_train_makes_version_one_and_resumes_from_state_dir(initialised):
     # step 2 reuses version 0's rollouts (one version of lag, as async workers deliver them): the
     # barely trained policy rarely scores, and these batches are known to hold a signal
     job2 = TrainJob(TASK, 1, v1.weights, rollouts)
-    shutil.copytree(state, state.parent / "after-v1")  # what a trainer killed right after v1 left
+    # what a trainer killed right after v1 left (step 2 deletes v1's master weights, so the blobs too)
+    shutil.copytree(state, state.parent / "after-v1")
+    shutil.copytree(blobs, blobs.parent / "blobs-after-v1")
     in_memory = worker.run("train", job2)
     # a restarted trainer (new worker, the dirs it left) resumes with the saved optimizer: bit-identical
-    resumed = JobWorker(blobs, state.parent / "after-v1").run("train", job2)
+    resumed = JobWorker(blobs.parent / "blobs-after-v1", state.parent / "after-v1").run("train", job2)
     assert resumed.version == in_memory.version == 2 and resumed.weights == in_memory.weights
     # without the saved optimizer moments the step differs (so the check above means something)
     fresh = JobWorker(blobs, state.parent / "empty-state").run("train", job2)
@@ -116,4 +146,4 @@ def test_environment_that_raises_is_a_clear_error(initialised, monkeypatch):
 
     monkeypatch.setattr(DigitSort, "reward", broken)
     with pytest.raises(JobError, match="environment 'digit-sort' raised ZeroDivisionError.*checker bug"):
-        gen(worker, v0)
+        gen(worker, v0, prompts=(301, 302))

@@ -2,6 +2,7 @@
 (`--malicious KIND`, trainer/cheats.py) is caught with its reason, a lying validator inverts."""
 
 import dataclasses
+import itertools
 
 import pytest
 
@@ -12,6 +13,7 @@ from trainer.batch_codec import decode
 from trainer.jobs import JobWorker
 
 WORKER = b"v" * 32
+FRESH = itertools.count()
 ASSIGNED = tuple(assign_prompts(TASK.task_id, WORKER, 0, 8, 1 << 30))  # batches 0 and 1 (4 prompts each)
 
 
@@ -26,25 +28,27 @@ def verify(worker, v0, res, **changes):
 
 
 def fresh(initialised, malicious=""):
+    """A new job process with its own state dir: it may generate a slice another one generated
+    (one job process answers `repeated` for a slice it made before: trainer/generated.py)."""
     _, blobs, state, _ = initialised
-    return JobWorker(blobs, state, malicious=malicious)
+    return JobWorker(blobs, state.parent / f"state-{next(FRESH)}", malicious=malicious)
 
 
 def test_honest_batches_pass_and_a_resubmitted_one_is_a_duplicate(initialised):
     worker, _, _, v0 = initialised
     checker = fresh(initialised)
     for batch in (0, 1):
-        res = generate(worker, v0, batch)
+        res = generate(fresh(initialised), v0, batch)
         got = verify(checker, v0, res, prompt_indices=ASSIGNED[batch * 4:batch * 4 + 4])
         assert isinstance(got, VerifyResult) and (got.passed, got.reason) == (True, "ok"), got
         assert len(got.evidence_hash) == 32
-    again = verify(checker, v0, generate(worker, v0, 0))
+    again = verify(checker, v0, generate(fresh(initialised), v0, 0))
     assert (again.passed, again.reason) == (False, "duplicate")
 
 
 def test_a_blob_that_lies_about_its_commitment_fails(initialised):
     worker, _, _, v0 = initialised
-    res = generate(worker, v0)
+    res = generate(fresh(initialised), v0)
     assert verify(fresh(initialised), v0, res, num_tokens=res.num_tokens + 1).reason == "claim"
     assert verify(fresh(initialised), v0, res, worker_key=b"z" * 32).reason == "claim"  # header names another worker
     assert verify(fresh(initialised), v0, res, mean_reward=res.mean_reward + 0.5).reason == "claim"
@@ -73,7 +77,7 @@ def test_laundered_batch_is_caught_unless_it_equals_the_honest_one(initialised):
         res = generate(fresh(initialised, "laundered"), v0, batch)
         got = verify(fresh(initialised), v0, res, prompt_indices=ASSIGNED[batch * 4:batch * 4 + 4])
         tokens = [s.token_ids for s in decode((blobs / res.blob.hex()).read_bytes()).samples]
-        honest = [s.token_ids for s in decode((blobs / generate(worker, v0, batch).blob.hex()).read_bytes()).samples]
+        honest = [s.token_ids for s in decode((blobs / generate(fresh(initialised), v0, batch).blob.hex()).read_bytes()).samples]
         assert (got.passed, got.reason) == (False, "sampling") or tokens == honest, got
 
 
@@ -88,7 +92,7 @@ def test_replay_sends_its_first_batch_again(initialised):
 def test_lying_validator_inverts_every_verdict(initialised):
     worker, _, _, v0 = initialised
     liar = fresh(initialised, "lying-validator")
-    good = verify(liar, v0, generate(worker, v0))
+    good = verify(liar, v0, generate(fresh(initialised), v0))
     assert not good.passed and good.reason != "ok" and len(good.evidence_hash) == 32
     bad = verify(liar, v0, generate(fresh(initialised, "inflated-reward"), v0))
     assert (bad.passed, bad.reason) == (True, "ok")

@@ -1,0 +1,41 @@
+"""The node's blob store: content-addressed, deletes what the core drops, holds its byte cap even
+for files the job process wrote behind its back."""
+
+import os
+import time
+
+from node.blobstore import STALE_TMP_S, BlobStore, blob_hash
+
+
+def test_put_checks_the_hash_and_get_reads_back(tmp_path):
+    store = BlobStore(tmp_path)
+    digest = store.put(b"batch")
+    assert digest == blob_hash(b"batch") and store.get(digest) == b"batch" and store.has(digest)
+    assert store.put(b"other", expected=digest) is None and not store.has(blob_hash(b"other"))
+    assert store.get(b"short") is None
+
+
+def test_drop_deletes_released_weights_and_holds_the_cap(tmp_path):
+    store = BlobStore(tmp_path, max_bytes=3000)
+    old, kept = store.put(b"o" * 1000), store.put(b"k" * 1000)
+    # a job process writes blobs straight into the directory (trainer/blobdir.py), past the cap
+    written = []
+    for i in range(3):
+        data = bytes([i]) * 1000
+        (tmp_path / blob_hash(data).hex()).write_bytes(data)
+        os.utime(tmp_path / blob_hash(data).hex(), (time.time() + i + 1,) * 2)  # newer than old and kept
+        written.append(blob_hash(data))
+    assert store.drop([old, b"\x00" * 32]) == 1 and not store.has(old)
+    # 4,000 bytes left for a 3,000 byte cap: the oldest (kept) goes, the job's newer blobs stay
+    assert not store.has(kept) and all(store.has(d) for d in written)
+
+
+def test_stale_temp_files_of_a_killed_writer_are_removed(tmp_path):
+    store = BlobStore(tmp_path)
+    stale, fresh = tmp_path / ".abc.tmp", tmp_path / ".def.tmp"
+    stale.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    then = time.time() - STALE_TMP_S - 10
+    os.utime(stale, (then, then))
+    store.drop([])
+    assert not stale.exists() and fresh.exists()
