@@ -174,8 +174,15 @@ def forward_many(model, pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
 
     Sequences are right-padded (causal attention: padding after a sequence cannot change it), and
     the LM head runs only on the generated positions, so a batch of a large vocabulary stays small.
-    Batching shifts results by float noise only; the calibrated thresholds absorb it.
+    Batching shifts results by float noise only; the calibrated thresholds absorb it. Repeated
+    sequences are computed once and share the result: a GRPO group often samples the same completion
+    many times (most of 16, once the digit-sort policy is good), and every check redoes this prefill.
     """
+    unique: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    index = [unique.setdefault((tuple(p), tuple(t)), len(unique)) for p, t in pairs]
+    if len(unique) < len(pairs):
+        results = forward_many(model, list(unique), max_batch_tokens)
+        return [results[k] for k in index]
     device = next(model.parameters()).device
     head = model.get_output_embeddings()
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))

@@ -31,6 +31,23 @@ def test_batched_prefill_matches_single_prefill(task, honest_batch):
         assert torch.allclose(hidden.float(), h.float(), atol=0.02)
 
 
+def test_repeated_sequences_are_computed_once(task, honest_batch):
+    """A GRPO group often repeats a completion; the check's prefill computes each sequence once."""
+    samples, _ = honest_batch
+    pairs = [(s.prompt_ids, s.token_ids) for s in samples[:3]]
+    rows = []
+    hook = task.model.model.register_forward_pre_hook(lambda module, args, kwargs: rows.append(
+        len(kwargs["input_ids"])), with_kwargs=True)
+    try:
+        many = forward_many(task.model, pairs + pairs[:2] + pairs)  # 8 pairs, 3 distinct
+    finally:
+        hook.remove()
+    assert sum(rows) == 3
+    assert [id(r) for r in many] == [id(many[k]) for k in (0, 1, 2, 0, 1, 0, 1, 2)]
+    for (logits, hidden), (logp, h) in zip(many[:3], forward_many(task.model, pairs)):
+        assert torch.equal(logits, logp) and torch.equal(hidden, h)
+
+
 def _evidence(task, claim, s):
     logits, _ = forward(task.model, s.prompt_ids, s.token_ids)
     seed = sample_seed(task.rules.task_id, claim.worker_key, claim.version, s.prompt_index, s.sample_index)
