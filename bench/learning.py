@@ -294,6 +294,12 @@ def verdicts(swarm: dict, single: dict) -> dict:
     }
 
 
+def _drop_bulk(base: Path) -> None:
+    """Weights copies, blobs and shards are only needed until the checkpoints are scored."""
+    for path in [base / "swarm-weights", *(base / "swarm").glob("peer*/blobs"), *(base / "swarm").glob("peer*/shards")]:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=float, default=600.0, help="seconds of RL per run (default 600)")
@@ -304,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for version 0")
     ap.add_argument("--base-dir", type=Path, help="where runs go (default runs/bench-learning/<time>)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
+    ap.add_argument("--keep-data", action="store_true",
+                    help="keep the weights copies and the peers' blobs and shards (about 1 GB); by default "
+                         "only logs and records stay in the base dir")
     args = ap.parse_args(argv)
     base = args.base_dir or ROOT / "runs" / "bench-learning" / time.strftime("%Y%m%d-%H%M%S")
     if base.exists():
@@ -337,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         else None,
     }
     out["elapsed_s"] = round(time.time() - started, 1)
+    if not args.keep_data:
+        _drop_bulk(base)
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:
