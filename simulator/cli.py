@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -118,7 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if getattr(args, "seed", None) is not None and not 0 <= args.seed < 2**63:
         parser.error("--seed must be in [0, 2**63)")
-    return args.fn(args)
+    rc = args.fn(args)
+    if argv is None and args.command == "run":
+        # The process entry point (console script or `python -m`), and its work is done: skip the
+        # interpreter's teardown, a full collection and freeing of the millions of objects a big run
+        # leaves (4 s at scale). The trace file is closed and the outputs are flushed first.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 if __name__ == "__main__":
