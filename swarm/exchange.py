@@ -19,8 +19,11 @@ Policy:
   - rarest first: among missing shards not in flight, the one the fewest linked peers hold, ties
     broken by the peer's seeded rng; from the least loaded holder;
   - bounded: at most `per_peer` requests in flight to one peer and `max_in_flight` per download;
-  - endgame: when every missing shard is in flight and capacity is left, a shard is asked of a
-    second holder too (the first answer wins), so one slow peer does not hold up the tail;
+  - endgame: when every missing shard is in flight and capacity is left, a shard whose request has been
+    out `endgame_slow` times as long as this download's answers take on average is asked of a second
+    holder too (the first answer wins), so one slow peer does not hold up the tail; a request on time
+    is not doubled (the loser's bytes still cross both links: doubling all of them wasted ~10% of the
+    bytes moved and slowed the swarm's tail, simulator/swarming.py);
   - every answer is checked (exact length, blake2b-256 against the signed manifest) before it is
     stored or served: a wrong hash is `bad-shard`, a wrong length `truncated`; such a peer is never
     asked again (by this exchange, for any version); the shard is asked of someone else;
@@ -93,7 +96,7 @@ class ExchangeConfig:
     # The node (swarm/roles/shards.py) and simulator/swarming.py both use these defaults: the best of the
     # simulator's sweeps (SwarmingConfig's comment). The previous ones (per_peer 2, haves every 0.5 s,
     # unlimited slots, a queue of 32) took 2.90x size/bandwidth at 100 peers and 1.65x at 8 peers with
-    # 1 ms latency; these 1.79x and 1.19x.
+    # 1 ms latency; these 1.79x and 1.19x (1.72x at 100 peers since the endgame doubles only late requests).
     per_peer: int = 1  # requests in flight to one peer: one per source, spread over up to max_in_flight sources
     max_in_flight: int = 8  # requests in flight for one download
     timeout: float = 20.0  # one shard request (the runtime reports it; we also enforce it)
@@ -104,6 +107,8 @@ class ExchangeConfig:
     strikes: int = 2  # withheld/failed answers from one peer before it is skipped for that version...
     skip_for: float = 10.0  # ...for this long (it may have been overloaded, restarted or partitioned)
     endgame: bool = True
+    endgame_slow: float = 1.5  # ...for a request out this many times this download's mean answer time (0: any;
+    # before the first answer, half the timeout). In the simulator no request is that late: 1.79x -> 1.72x
     busy_backoff: float = 1.0  # after a "busy" answer, that peer is not asked for that shard this long
     upload_slots: int = 8  # shards we send at once (more are answered "busy"): a few fast uploads spread
     # shards sooner than many slow ones sharing one uplink; needs a runtime that reports `ShardSent`
@@ -186,6 +191,9 @@ class Download:
     announce_at: float | None = None  # when the next ShardHave may go out (None: nothing new)
     last_announce: float = float("-inf")
     finished: float | None = None
+    answered: int = 0  # shards received, and the seconds their requests took (the endgame's yardstick)
+    answer_s: float = 0.0
+    endgame_at: float | None = None  # when an in-flight request becomes slow enough to double
     bytes_in: int = 0
     rejected: int = 0
 
@@ -356,7 +364,7 @@ class ShardExchange:
         if peer not in asked:
             # an endgame duplicate whose twin won: the peer is free again; or one we already expired
             return self._schedule(now, d) if d.abandoned.pop((index, peer), None) is not None else []
-        del asked[peer]
+        asked_at = asked.pop(peer)  # the request's deadline
         if not asked:
             d.in_flight.pop(index, None)
         out: list = []
@@ -372,6 +380,8 @@ class ShardExchange:
         elif not (d.held >> index) & 1:
             d.held |= 1 << index
             d.bytes_in += len(data)
+            d.answered += 1
+            d.answer_s += max(now - (asked_at - self.config.timeout), 0.0)
             d.strikes.pop(peer, None)
             for other, deadline in list(asked.items()):  # endgame duplicate still out: counted until it ends
                 d.abandoned[(index, other)] = deadline
@@ -410,6 +420,7 @@ class ShardExchange:
         times += [t for d in self.downloads.values() for t in d.abandoned.values()]
         times += [t for d in self.downloads.values() if not d.complete for t in d.refused.values()]
         times += [t for d in self.downloads.values() if not d.complete for t in d.skip.values()]
+        times += [d.endgame_at for d in self.downloads.values() if not d.complete and d.endgame_at is not None]
         return min(times) if times else None
 
     def on_tick(self, now: float) -> list:
@@ -448,6 +459,7 @@ class ShardExchange:
         return out
 
     def _schedule(self, now: float, d: Download) -> list:
+        d.endgame_at = None
         if d.checking or d.complete:
             return []
         cfg = self.config
@@ -472,6 +484,14 @@ class ShardExchange:
             if endgame and (not cfg.endgame or any(i not in d.in_flight for i in missing)):
                 break
             order = [i for i in missing if (i in d.in_flight) == endgame]
+            if endgame and cfg.endgame_slow > 0:
+                # only requests late against this download's mean answer time (before any: half the timeout)
+                wait = cfg.endgame_slow * d.answer_s / d.answered if d.answered else cfg.timeout / 2
+                due = {i: min(d.in_flight[i].values()) - cfg.timeout + wait for i in order}
+                late = [i for i in order if due[i] <= now]
+                if len(late) < len(order):
+                    d.endgame_at = min(due[i] for i in order if due[i] > now)
+                order = late
             self.rng.shuffle(order)
             order.sort(key=lambda i: sum((m >> i) & 1 for m in masks.values()))
             for i in order:

@@ -198,6 +198,32 @@ def test_an_origin_spreads_first_copies_before_repeats():
     assert [a.index for a in again if isinstance(a, Fetch)] != [fetch.index]
 
 
+
+def test_the_endgame_doubles_only_a_late_request():
+    """Every missing shard in flight: a request on time is not asked of a second holder (its bytes
+    would cross two links for one shard); once it is out `endgame_slow` times the mean answer time,
+    it is, and the first answer wins."""
+    ex = ShardExchange(Rng(4), ExchangeConfig(per_peer=1, max_in_flight=4, timeout=20.0, endgame_slow=2.0))
+    for p in ("p", "q", "r"):
+        ex.on_connected(0.0, p)
+    ex.add(0.0, WANT)
+    ex.on_present(0.0, WANT.root, frozenset(WANT.hashes[:8]))
+    first = [a for a in ex.on_have(0.0, "p", WANT.root, bitmap_of((1 << 10) - 1, 10)) if isinstance(a, Fetch)]
+    assert len(first) == 1 and first[0].peer == "p"
+    # q and r hold everything: the other missing shard goes to one of them, then every shard is in flight
+    more = [a for a in ex.on_have(0.0, "q", WANT.root, bitmap_of((1 << 10) - 1, 10)) if isinstance(a, Fetch)]
+    assert [a.index for a in more] == [({8, 9} - {first[0].index}).pop()]
+    done = more[0]
+    out = ex.on_response(1.0, done.peer, WANT.root, done.index, SHARDS[done.index], None)  # answers take 1 s
+    assert [a for a in out if isinstance(a, Store)]
+    assert not [a for a in out + ex.on_have(1.0, "r", WANT.root, bitmap_of((1 << 10) - 1, 10))
+                if isinstance(a, Fetch)], "the last request is 1 s old: on time, not doubled"
+    assert ex.next_deadline() == pytest.approx(2.0), "it is late at twice the mean answer time"
+    late = [a for a in ex.on_tick(2.0) if isinstance(a, Fetch)]
+    assert [a.index for a in late] == [first[0].index] and late[0].peer in ("q", "r")
+    out = ex.on_response(2.5, late[0].peer, WANT.root, late[0].index, SHARDS[late[0].index], None)
+    assert Done(WANT.root) in out
+
 # ---------------------------------------------------------------- whole cores
 
 
