@@ -91,6 +91,10 @@ class GossipRouter:
         self.mcache: list[deque] = []  # (time accepted, Msg), oldest first
         self.dirty: list[bool] = []
         self.withhold: list[bool] = []  # adversary: never forwards or answers IWANT
+        # receiver -> {sender: when the receiver learns that the sender closed their link}. Frames the
+        # sender had put on the wire before it closed still arrive until then, as over TCP, where the
+        # close (FIN) travels behind the data; see `disconnected`.
+        self.closing: list[dict[int, float]] = []
         self._active: list[set[int]] = [set() for _ in range(PHASES)]
         self.control_frames = 0
         self.iwant_served = 0
@@ -109,6 +113,7 @@ class GossipRouter:
         self.mcache.append(deque())
         self.dirty.append(False)
         self.withhold.append(False)
+        self.closing.append({})
         if not self._started:
             self._started = True
             self.loop.after(self.cfg.heartbeat / PHASES, self._heartbeat_phase)
@@ -122,6 +127,7 @@ class GossipRouter:
         self.mesh[i], self.fanout[i], self.fanout_last[i], self.backoff[i] = {}, {}, {}, {}
         self.mcache[i] = deque()
         self.dirty[i] = False
+        self.closing[i] = {}  # nothing reaches a process that died
 
     def _activate(self, i: int) -> None:
         self._active[i % PHASES].add(i)
@@ -129,14 +135,25 @@ class GossipRouter:
     def connected(self, i: int, j: int) -> None:
         self.conns[i].add(j)
         self.conns[j].add(i)
+        self.closing[i].pop(j, None)
+        self.closing[j].pop(i, None)
         for a, b in ((i, j), (j, i)):
             if any(t in self.subs[b] and len(self.mesh[a].get(t, ())) < self.cfg.Dlo for t in self.subs[a]):
                 self.dirty[a] = True
                 self._activate(a)
 
-    def disconnected(self, i: int, j: int) -> None:
+    def disconnected(self, i: int, j: int, closed_by_i: bool = False) -> None:
+        """The link i-j is gone. `closed_by_i`: peer i closed it (it left, crashed or hung up): j learns
+        of it one latency later, so i's frames already on the wire still reach j; i discards j's. Without
+        it (a partition cuts the link) frames in flight on it are lost."""
         self.conns[i].discard(j)
         self.conns[j].discard(i)
+        self.closing[i].pop(j, None)
+        if closed_by_i:
+            net = self.net
+            self.closing[j][i] = self.loop.now + net.latency[net.region[i]][net.region[j]] + net.extra_delay[j]
+        else:
+            self.closing[j].pop(i, None)
         for a, b in ((i, j), (j, i)):
             for topic, members in self.mesh[a].items():
                 if b in members:
@@ -316,8 +333,10 @@ class GossipRouter:
             return
         del msg.best[j]
         if i not in self.conns[j]:
-            self.on_drop(j, msg, i, "link-closed")
-            return
+            notice = self.closing[j].get(i)
+            if notice is None or arrival > notice:  # sent after the close, or j closed the link itself
+                self.on_drop(j, msg, i, "link-closed")
+                return
         seen.add(j)
         if not self.validate(j, msg, i):
             return

@@ -428,7 +428,7 @@ class Simulation:
     def _close(self, i: int, j: int, reason: str, notify_self: bool = True) -> None:
         if j not in self.router.conns[i]:
             return
-        self.router.disconnected(i, j)
+        self.router.disconnected(i, j, closed_by_i=reason != "partition")
         self.trace.record(self.loop.now, i, "disconnect", {"peer": j, "reason": reason})
         for seq in sorted(self._requests):
             req = self._requests[seq]

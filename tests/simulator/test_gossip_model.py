@@ -98,3 +98,21 @@ def test_bytes_on_the_wire_are_counted():
     sim = _sim(peers=10, duration=30.0)
     assert all(sim.net.bytes_out[i] > 0 and sim.net.bytes_in[i] > 0 for i in sim.live)
     assert sum(sim.net.bytes_out) >= sum(sim.net.bytes_in)  # lost frames are sent but never received
+
+
+@pytest.mark.parametrize("closer, reason, delivered", [
+    (0, "leave", True),  # the sender hung up after its frame was on the wire: the frame arrives before the close
+    (1, "silent", False),  # the receiver hung up: it discards what arrives later
+    (0, "partition", False),  # the network cut the link: frames in flight are lost
+])
+def test_frames_on_the_wire_when_a_link_closes(closer, reason, delivered):
+    # Two peers in different regions (45 ms apart): peer 0 publishes a probe, and 1 ms later, the frame
+    # on the wire, the link closes.
+    sim = _sim(peers=2, duration=20.0)
+    assert sim.router.conns[0] == {1} and sim.net.one_way(0, 1) > 0.01
+    sim.command(0, "probe", {"size": 100})
+    sim.loop.run(20.001)
+    sim._close(closer, 1 - closer, reason)
+    sim.loop.run(25.0)
+    probe = next(m for m in sim.router.msgs.values() if m.topic == topics.PROBE)
+    assert (1 in probe.seen) is delivered
