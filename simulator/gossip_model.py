@@ -95,6 +95,10 @@ class GossipRouter:
         # sender had put on the wire before it closed still arrive until then, as over TCP, where the
         # close (FIN) travels behind the data; see `disconnected`.
         self.closing: list[dict[int, float]] = []
+        # peer -> {topic: the peers its IHAVEs may go to}, dropped whenever its links, mesh or fanout, or a
+        # neighbour's subscriptions change: every heartbeat with messages to offer needs it, and in a big
+        # steady swarm it rarely changes.
+        self.eligible: list[dict[str, list[int]]] = []
         self._active: list[set[int]] = [set() for _ in range(PHASES)]
         self.control_frames = 0
         self.iwant_served = 0
@@ -114,6 +118,7 @@ class GossipRouter:
         self.dirty.append(False)
         self.withhold.append(False)
         self.closing.append({})
+        self.eligible.append({})
         if not self._started:
             self._started = True
             self.loop.after(self.cfg.heartbeat / PHASES, self._heartbeat_phase)
@@ -128,6 +133,7 @@ class GossipRouter:
         self.mcache[i] = deque()
         self.dirty[i] = False
         self.closing[i] = {}  # nothing reaches a process that died
+        self.eligible[i] = {}
 
     def _activate(self, i: int) -> None:
         self._active[i % PHASES].add(i)
@@ -137,6 +143,8 @@ class GossipRouter:
         self.conns[j].add(i)
         self.closing[i].pop(j, None)
         self.closing[j].pop(i, None)
+        self.eligible[i].clear()
+        self.eligible[j].clear()
         for a, b in ((i, j), (j, i)):
             if any(t in self.subs[b] and len(self.mesh[a].get(t, ())) < self.cfg.Dlo for t in self.subs[a]):
                 self.dirty[a] = True
@@ -154,6 +162,8 @@ class GossipRouter:
             self.closing[j][i] = self.loop.now + net.latency[net.region[i]][net.region[j]] + net.extra_delay[j]
         else:
             self.closing[j].pop(i, None)
+        self.eligible[i].clear()
+        self.eligible[j].clear()
         for a, b in ((i, j), (j, i)):
             for topic, members in self.mesh[a].items():
                 if b in members:
@@ -168,6 +178,7 @@ class GossipRouter:
         if topic in self.subs[i]:
             return
         self.subs[i].add(topic)
+        self._neighbours_changed(i)
         # Join: fanout peers first, then random subscribers, up to D; GRAFT them.
         mesh = self.fanout[i].pop(topic, set())
         self.fanout_last[i].pop(topic, None)
@@ -185,13 +196,23 @@ class GossipRouter:
 
     def unsubscribe(self, i: int, topic: str) -> None:
         self.subs[i].discard(topic)
+        self._neighbours_changed(i)
         for j in sorted(self.mesh[i].pop(topic, set())):
             self._prune(i, j, topic)
+
+    def _neighbours_changed(self, i: int) -> None:
+        """Peer i's subscriptions (and so its neighbours' IHAVE targets) or its own mesh changed."""
+        eligible = self.eligible
+        eligible[i].clear()
+        for j in self.conns[i]:
+            eligible[j].clear()
 
     # ------------------------------------------------------------------ mesh control
 
     def _graft(self, i: int, j: int, topic: str) -> None:
         now = self.loop.now
+        self.eligible[i].clear()
+        self.eligible[j].clear()
         self.net.frame(now, i, j, CONTROL_BYTES)
         self.control_frames += 1
         if topic not in self.subs[j] or self.backoff[j].get((topic, i), 0.0) > now:
@@ -207,6 +228,8 @@ class GossipRouter:
 
     def _prune(self, i: int, j: int, topic: str) -> None:
         now = self.loop.now
+        self.eligible[i].clear()
+        self.eligible[j].clear()
         self.net.frame(now, i, j, CONTROL_BYTES)
         self.control_frames += 1
         self.mesh[i].get(topic, set()).discard(j)
@@ -232,6 +255,7 @@ class GossipRouter:
         """Heartbeat mesh repair; True while the peer still lacks Dlo mesh peers somewhere."""
         cfg = self.cfg
         short = False
+        self.eligible[i].clear()
         for topic in sorted(self.subs[i]):
             mesh = self.mesh[i].setdefault(topic, set())
             for j in sorted(mesh):
@@ -288,6 +312,7 @@ class GossipRouter:
             del self.msgs[mid]
 
     def _touch_fanout(self, i: int, topic: str) -> None:
+        self.eligible[i].clear()
         peers = self.fanout[i].setdefault(topic, set())
         self.fanout_last[i][topic] = self.loop.now
         peers.intersection_update(self.conns[i])
@@ -420,6 +445,7 @@ class GossipRouter:
             for topic in sorted(self.fanout[i]):
                 if now - self.fanout_last[i].get(topic, now) > cfg.fanout_ttl:
                     del self.fanout[i][topic]
+                    self.eligible[i].clear()
                     self.fanout_last[i].pop(topic, None)
         cache = self.mcache[i]
         if cache:
@@ -442,10 +468,14 @@ class GossipRouter:
         return self.dirty[i] or bool(cache) or bool(self.fanout[i])
 
     def _emit_ihave(self, i: int, topic: str, msgs: list[Msg]) -> None:
-        mesh = self.mesh[i].get(topic, ())
-        fanout = self.fanout[i].get(topic, ())
-        subs = self.subs
-        eligible = [j for j in sorted(self.conns[i]) if j not in mesh and j not in fanout and topic in subs[j]]
+        cached = self.eligible[i]
+        eligible = cached.get(topic)
+        if eligible is None:
+            mesh = self.mesh[i].get(topic, ())
+            fanout = self.fanout[i].get(topic, ())
+            subs = self.subs
+            eligible = cached[topic] = [j for j in sorted(self.conns[i])
+                                        if j not in mesh and j not in fanout and topic in subs[j]]
         if not eligible:
             return
         n = max(self.cfg.Dlazy, int(self.cfg.gossip_factor * len(eligible)))
