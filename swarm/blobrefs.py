@@ -33,6 +33,3 @@ class BlobRefs:
 
     def held(self) -> frozenset[bytes]:
         return frozenset(self._owners)
-
-    def __len__(self) -> int:
-        return len(self._owners)

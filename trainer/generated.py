@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from trainer.versions import write_text_atomic
 
 FILE = "generated.json"
 KEEP_VERSIONS = 64  # versions far outside any async window are forgotten; the file stays small
@@ -45,6 +46,4 @@ def record(state_path: Path, worker_key: bytes, version: int, indices) -> None:
     newest = max(done)
     kept = {str(v): sorted(keys) for v, keys in sorted(done.items()) if v > newest - KEEP_VERSIONS}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{FILE}.tmp")
-    tmp.write_text(json.dumps(kept))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(kept))

@@ -53,6 +53,15 @@ def state_of_blob(data: bytes) -> dict[str, torch.Tensor]:
     return load(bytes(data))
 
 
+def _master_record(state_path: Path) -> tuple[bytes, bytes] | None:
+    """(published weights hash, master blob hash) from MASTER_FILE, or None if missing or unreadable."""
+    try:
+        published, digest = (state_path / MASTER_FILE).read_text().split()
+        return bytes.fromhex(published), bytes.fromhex(digest)
+    except (OSError, ValueError):
+        return None
+
+
 def published_blob(tensors: dict[str, torch.Tensor], dtype: str) -> bytes:
     """The weights blob of a version as peers rebuild it: floats rounded to `dtype`, stored as float32."""
     from safetensors.torch import save
@@ -109,21 +118,18 @@ class Versions:
         resumes from them rather than from the rounded version peers run."""
         digest = self.blobs.write(master)
         state_path.mkdir(parents=True, exist_ok=True)
-        try:
-            before = bytes.fromhex((state_path / MASTER_FILE).read_text().split()[1])
-        except (OSError, ValueError, IndexError):
-            before = None
+        before = _master_record(state_path)
         write_text_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n")
-        if before is not None and before != digest:  # only the newest is ever resumed from
-            self.blobs.path(before).unlink(missing_ok=True)
+        if before is not None and before[1] != digest:  # only the newest is ever resumed from
+            self.blobs.path(before[1]).unlink(missing_ok=True)
 
     def master(self, state_path: Path, published: bytes) -> bytes | None:
+        record = _master_record(state_path)
+        if record is None or record[0] != bytes(published) or not self.blobs.path(record[1]).exists():
+            return None
         try:
-            pub, digest = (state_path / MASTER_FILE).read_text().split()
-            if pub != bytes(published).hex() or not self.blobs.path(bytes.fromhex(digest)).exists():
-                return None
-            return self.blobs.read(bytes.fromhex(digest), "master weights")
-        except (OSError, ValueError):
+            return self.blobs.read(record[1], "master weights")
+        except OSError:
             return None
 
     def unpack(self, job: jobs.UnpackJob) -> jobs.VersionResult:
