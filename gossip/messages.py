@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import msgpack
@@ -91,6 +92,12 @@ class StatusHeartbeat(Message):
     # was stretched for; 0: no estimate yet (a peer that has heard nobody). Newcomers use the median of
     # what others declare while their own table is still filling (swarm/membership.py).
     peers: int = f(min=0, max=MAX_PEERS_DECLARED, default=0)
+
+    @cached_property
+    def known_ids(self) -> frozenset[str]:
+        """The peer ids of `known_peers`. Cached on the message: the simulator hands one decoded beat to
+        every receiver, and each receiver only asks whether it already knows them all."""
+        return frozenset(k.peer_id for k in self.known_peers)
 
 
 @dataclass(frozen=True)

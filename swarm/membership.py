@@ -90,6 +90,10 @@ class Membership:
         # entry whose last_seen is no longer the peer's is stale (a newer one was pushed).
         self._due: list[tuple[float, str, float]] = []
         self._linked: set[str] = set()  # peers with info.connected
+        # Peers whose addresses we hold (and ourselves, whose we never learn): a heartbeat's peer exchange
+        # names nobody outside it in the common case, and one C-level subset test says so. At 1,000
+        # peers the per-entry loop it replaces was 5% of the simulator's run time.
+        self._addressed: set[str] = {self_id}
 
     # ---- table upkeep
 
@@ -107,6 +111,7 @@ class Membership:
         if not candidates:
             return False
         del self.peers[candidates[0][1]]
+        self._addressed.discard(candidates[0][1])
         return True
 
     def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
@@ -121,6 +126,7 @@ class Membership:
                 return
         if not info.addrs:
             info.addrs = tuple(addrs)[:4]
+            self._addressed.add(peer)
 
     # ---- inputs
 
@@ -147,11 +153,13 @@ class Membership:
             info.versions = dict(beat.versions)
         if beat.listen_addrs:
             info.addrs = beat.listen_addrs[:4]
+            self._addressed.add(peer)
         heapq.heappush(self._due, (now + self.gone_threshold(info), peer, now))
-        for known in beat.known_peers:
-            other = peers.get(known.peer_id)
-            if other is None or not other.addrs:  # the common case, a peer we know with addresses: nothing to do
-                self.learn_addrs(known.peer_id, known.addrs)
+        if not beat.known_ids <= self._addressed:  # else (the common case) nothing to learn
+            for known in beat.known_peers:
+                other = peers.get(known.peer_id)
+                if other is None or not other.addrs:
+                    self.learn_addrs(known.peer_id, known.addrs)
         return effects
 
     def on_connected(self, peer: str, addrs: tuple[str, ...]) -> None:
@@ -204,6 +212,7 @@ class Membership:
                 later.append((info.last_seen + cfg.forget_after, peer, info.last_seen))
             elif info.state == GONE and not info.connected and now - info.last_seen > cfg.forget_after:
                 del peers[peer]
+                self._addressed.discard(peer)
             else:  # not quite due (float slack), or gone but still linked: look again later
                 when = info.last_seen + (self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
                 later.append((max(when, now + slack * 2), peer, info.last_seen))

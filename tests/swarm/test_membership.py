@@ -49,7 +49,8 @@ def test_sweep_matches_a_full_scan_under_random_traffic():
             seq[p] += 1
             beat = StatusHeartbeat(seq=seq[p], sent_at=now, interval=rng.choice([1.0, 2.0, 4.0]), roles=("relay",),
                                    agent="t", listen_addrs=(f"/mem/{p}",), tasks=(), versions={},
-                                   known_peers=(PeerAddrs(rng.choice(peers), (f"/mem/x{step}",)),))
+                                   known_peers=tuple(PeerAddrs(rng.choice(peers + ["self"]), (f"/mem/x{step}",))
+                                                     for _ in range(rng.randrange(3))))
             try:
                 m.on_heartbeat(now, p, beat)
             except Rejected:
@@ -66,7 +67,25 @@ def test_sweep_matches_a_full_scan_under_random_traffic():
             assert table(m) == table(ref)
             changed += len(got)
         assert len(m._linked) == sum(1 for i in m.peers.values() if i.connected)
+        assert m._addressed == {p for p, i in m.peers.items() if i.addrs} | {"self"}
     assert changed > 20  # peers did go gone and come back
+
+
+def test_peer_exchange_relearns_a_peer_evicted_from_a_full_table():
+    m = Membership("self", MembershipConfig(max_peers=2))
+
+    def beat(seq, known):
+        return StatusHeartbeat(seq=seq, sent_at=float(seq), interval=1.0, roles=(), agent="t",
+                               listen_addrs=("/mem/a",), tasks=(), versions={},
+                               known_peers=tuple(PeerAddrs(p, (f"/mem/{p}",)) for p in known))
+
+    m.on_heartbeat(1.0, "a", beat(1, ["self", "b"]))
+    assert m.peers["b"].addrs == ("/mem/b",) and "self" not in m.peers
+    m.on_heartbeat(2.0, "a", beat(2, ["c"]))  # the table is full: b (never heard) makes room for c
+    assert sorted(m.peers) == ["a", "c"]
+    m.on_heartbeat(3.0, "a", beat(3, ["b"]))  # b is news again (c makes room)
+    assert m.peers["b"].addrs == ("/mem/b",)
+    assert m._addressed == {p for p, i in m.peers.items() if i.addrs} | {"self"}
 
 
 def test_maintain_dials_only_while_short_of_links():
