@@ -1,6 +1,7 @@
 """The job process: jobs run in order in one child, results come back through feed(), failures are
 reported, a killed child is replaced, and stopping the runner ends the child."""
 
+import json
 import os
 import signal
 
@@ -92,3 +93,29 @@ async def test_killed_child_is_replaced_and_cancellation_ends_the_child(tmp_path
     assert trio.current_time() - t0 < STOP_GRACE + 1
     assert not alive(second) and h.runner.pid is None
     assert len(h.done) == 3  # a stopping node is not told about jobs it will never see finish
+
+
+async def test_a_trainer_saves_its_state_after_answering_while_it_waits_for_the_next_job(tmp_path):
+    """The master weights and optimizer moments are written right after the train job's answer, not at
+    the start of the next job (which would delay the next step)."""
+    from swarm.jobs import TrainJob
+    from tests.trainer_jobs.conftest import TASK
+
+    h = Harness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(TASK, seed=7)))
+        await h.wait(lambda: len(h.done) == 1)
+        v0 = h.done[0].result
+        for n, prompts in enumerate(((1, 2), (3, 4), (5, 6), (7, 8))):
+            h.runner.submit(RunJob(2 + n, "generate", GenerateJob(TASK, 0, v0.weights, prompts, 4, b"w" * 32)))
+        await h.wait(lambda: len(h.done) == 5)
+        assert all(d.ok for d in h.done)
+        rollouts = tuple(d.result.blob for d in h.done[1:])
+        h.runner.submit(RunJob(6, "train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0)))
+        await h.wait(lambda: len(h.done) == 6)
+        assert h.done[5].ok and h.done[5].result.version == 1
+        moments = tmp_path / "state" / TASK.task_id / "optimizer.json"
+        await h.wait(lambda: moments.is_file(), timeout=30.0)  # no further job was sent
+        assert json.loads(moments.read_text())["version"] == 1
+        nursery.cancel_scope.cancel()
