@@ -119,7 +119,19 @@ def load_model(directory: str | os.PathLike, dtype: torch.dtype = torch.float32,
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, local_files_only=True)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise ModelLoadError(f"could not load the model in {str(path)!r}: {e}") from e
-    return model.to(device).eval(), tokenizer
+    return model.to(device).eval(), with_pad_token(tokenizer)
+
+
+def with_pad_token(tokenizer):
+    """Batches are padded (generation on the left, training on the right), so a tokenizer without a
+    pad token pads with its end token: the pads are masked or follow every real token, never read.
+    SmolLM2's GGUF tokenizer has none under transformers 5.17 (5.19 sets one), seen on a GPU machine."""
+    if tokenizer.pad_token_id is None:
+        if tokenizer.eos_token_id is None:
+            raise ModelLoadError("the tokenizer has neither a pad nor an end-of-sequence token; "
+                                 "set tokenizer.eos_token and re-save the model")
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
 
 
 def _check_safetensors(path: Path) -> None:

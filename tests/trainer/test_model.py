@@ -72,3 +72,19 @@ def test_load_errors_say_what_to_do(builtin, tmp_path):
     cfg["model_type"] = "no-such-architecture"
     with pytest.raises(ModelLoadError, match="could not load"):
         load_model(broken("badtype", lambda d: (d / "config.json").write_text(json.dumps(cfg))))
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_its_end_token(builtin, tmp_path):
+    """SmolLM2's GGUF tokenizer has no pad token under some transformers versions; batches still pad."""
+    import copy
+
+    from trainer.grpo import make_batch
+
+    model, tok = builtin
+    no_pad = copy.deepcopy(tok)
+    no_pad.pad_token = None
+    assert no_pad.pad_token_id is None
+    _, loaded = load_model(save_model(model, no_pad, tmp_path / "m"))
+    assert loaded.pad_token_id == loaded.eos_token_id == 2
+    batch = make_batch([[5, 6]], [[7]], [torch.zeros(1)], torch.ones(1), loaded.pad_token_id)
+    assert batch.input_ids.shape[0] == 1

@@ -4,6 +4,8 @@ elsewhere."""
 import pytest
 import torch
 
+from tests.proof_separation import assert_separated, chunk_results
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="vLLM backend needs a CUDA GPU"),
@@ -38,24 +40,6 @@ def test_vllm_backend_matches_torch_prefill(tmp_path):
 
 
 
-def _chunk_results(worker_hidden, validator_hidden):
-    """The worker's TOPLOC proof built from its activations, checked against the validator's
-    (proofs/toploc.py): toploc's per-chunk statistics."""
-    from proofs import toploc
-
-    return toploc.verify_chunks(toploc.build_proof(worker_hidden), validator_hidden)
-
-
-def _separated(honest, cheating):
-    """Every honest chunk is closer than every chunk checked against the wrong model, in exponent
-    mismatches and in mean mantissa error."""
-    honest = [r for rs in honest for r in rs]
-    cheating = [r for rs in cheating for r in rs]
-    assert honest and cheating
-    assert max(r.exp_mismatches for r in honest) < min(r.exp_mismatches for r in cheating)
-    assert max(r.mant_err_mean for r in honest) < min(r.mant_err_mean for r in cheating)
-
-
 def test_vllm_and_torch_proofs_verify_against_each_other(tmp_path):
     """DESIGN.md: vLLM (GPU) and plain torch activations from the final norm verify against each
     other. A vLLM worker's proofs checked by a torch validator (bf16, the same GPU), and a torch
@@ -82,10 +66,10 @@ def test_vllm_and_torch_proofs_verify_against_each_other(tmp_path):
     other = create_builtin_model(1)[0].cuda().to(torch.bfloat16).eval()  # same architecture, other weights
     from_torch = TorchBackend(validator, tok.eos_token_id, tok.pad_token_id, capture_hidden=True).generate(
         prompts, 2, 10, 1.0, seeds)
-    honest = [_chunk_results(c.hidden, prefill(validator, c.prompt_ids, c.token_ids)[1]) for c in from_vllm]
-    honest += [_chunk_results(c.hidden, backend._prefill_hidden(c.prompt_ids, c.token_ids)) for c in from_torch]
-    cheating = [_chunk_results(c.hidden, prefill(other, c.prompt_ids, c.token_ids)[1]) for c in from_vllm]
-    _separated(honest, cheating)
+    honest = [chunk_results(c.hidden, prefill(validator, c.prompt_ids, c.token_ids)[1]) for c in from_vllm]
+    honest += [chunk_results(c.hidden, backend._prefill_hidden(c.prompt_ids, c.token_ids)) for c in from_torch]
+    cheating = [chunk_results(c.hidden, prefill(other, c.prompt_ids, c.token_ids)[1]) for c in from_vllm]
+    assert_separated(honest, cheating)
 
 
 def test_vllm_backend_runs_smollm2_and_its_proofs_verify(tmp_path_factory):
@@ -111,10 +95,10 @@ def test_vllm_backend_runs_smollm2_and_its_proofs_verify(tmp_path_factory):
     for c in out:
         logp, hidden = prefill(validator, c.prompt_ids, c.token_ids)
         assert (logp - c.logprobs).abs().mean() < 0.1
-        honest.append(_chunk_results(c.hidden, hidden))
+        honest.append(chunk_results(c.hidden, hidden))
     # the wrong model: the validator's own SmolLM2 with its MLP weights scaled by 10%
     with torch.no_grad():
         for name, p in validator.named_parameters():
             if "mlp" in name:
                 p.mul_(1.1)
-    _separated(honest, [_chunk_results(c.hidden, prefill(validator, c.prompt_ids, c.token_ids)[1]) for c in out])
+    assert_separated(honest, [chunk_results(c.hidden, prefill(validator, c.prompt_ids, c.token_ids)[1]) for c in out])
