@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--malicious", action="append", default=[], metavar="K:KIND",
                    help="make K of the workers cheat as KIND (repeatable; e.g. 1:other-model, 1:lying-validator "
                         "runs a validator that the task trusts); the summary says who banned them")
+    p.add_argument("--job-device", default="cpu", metavar="DEVICE",
+                   help="where every peer's job processes run models: cpu (default), cuda or cuda:N")
     return parser
 
 
@@ -233,8 +235,12 @@ def cmd_local(args) -> int:
         malicious = parse_malicious(args.malicious, args.peers)
     except ValueError as exc:
         return _fail(str(exc), 2)
+    from node.config import valid_device
+    if not valid_device(args.job_device):
+        return _fail(f"--job-device must be cpu, cuda or cuda:N, got {args.job_device!r}", 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
-                     task_file=args.task, heartbeat=args.heartbeat, malicious=malicious, tui=args.tui)
+                     task_file=args.task, heartbeat=args.heartbeat, malicious=malicious, tui=args.tui,
+                     job_device=args.job_device)
 
 
 def parse_malicious(specs: list[str], peers: int) -> list[str]:

@@ -24,6 +24,7 @@ class NodeConfig:
     malicious: str = ""  # demonstrations and tests: the job process cheats this way (swarm.jobs.MALICIOUS)
     upload_mbps: float | None = None  # emulated uplink for shard answers (node/uplink.py); None: off
     job_threads: int = 1  # torch threads of the train/generate job process (verify jobs keep one)
+    job_device: str = "cpu"  # where the job processes run models: "cpu", "cuda" or "cuda:N"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.roles) - set(ROLES))
@@ -37,9 +38,17 @@ class NodeConfig:
             raise ValueError("metrics_port must be 1..65535")
         if not 1 <= self.job_threads <= 256:
             raise ValueError("job_threads must be 1..256")
+        if not valid_device(self.job_device):
+            raise ValueError(f"job_device must be cpu, cuda or cuda:N, got {self.job_device!r}")
         if self.upload_mbps is not None and not self.upload_mbps > 0:
             raise ValueError("upload_mbps must be positive (or unset: no emulated uplink)")
         if self.malicious:
             from swarm.jobs import MALICIOUS
             if self.malicious not in MALICIOUS:
                 raise ValueError(f"unknown malicious kind {self.malicious!r}; kinds are {', '.join(MALICIOUS)}")
+
+
+def valid_device(name: str) -> bool:
+    """"cpu", "cuda" or "cuda:N": checked here, without torch; whether the GPU exists is the job
+    process's to say (it reports a clear error when it cannot start)."""
+    return isinstance(name, str) and (name in ("cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit()))

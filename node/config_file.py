@@ -23,6 +23,7 @@ File keys (flat, top level):
     malicious = "other-model"      # demonstrations and tests only: this peer's jobs cheat (see --help)
     upload_mbps = 8.0              # Mbit/s: emulate a slow uplink for shard answers (benchmarks; off when absent)
     job_threads = 1                # integer 1..256: torch threads of the job process running train/generate jobs
+    job_device = "cpu"             # "cpu", "cuda" or "cuda:N": where the job processes run models
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "malicious": "",
     "upload_mbps": None,
     "job_threads": 1,
+    "job_device": "cpu",
 }
 LOG_FORMATS = ("text", "json")
 
@@ -81,6 +83,9 @@ def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "
     p.add_argument("--job-threads", type=int, default=S, metavar="N",
                    help="torch threads for the job process that trains and generates (default 1: a machine "
                         "shared by several peers; a trainer alone on its machine: its core count)")
+    p.add_argument("--job-device", default=S, metavar="DEVICE",
+                   help="where the job processes run models (generation, checks, GRPO): cpu (default), cuda "
+                        "or cuda:N, with a CUDA build of torch")
     from swarm.jobs import MALICIOUS  # light: dataclasses only
     p.add_argument("--malicious", choices=MALICIOUS, default=S, metavar="KIND",
                    help="for demonstrations and tests: this peer cheats; KIND is one of " + ", ".join(MALICIOUS))
@@ -122,6 +127,11 @@ def check_value(key: str, value: Any, where: str = "config") -> Any:
     if key == "bootstrap":
         if not isinstance(value, bool):
             raise bad("true or false")
+        return value
+    if key == "job_device":
+        from node.config import valid_device
+        if not valid_device(value):
+            raise ConfigError(f"{where}: key {key!r} must be \"cpu\", \"cuda\" or \"cuda:N\", got {value!r}")
         return value
     if key == "job_threads":
         if not isinstance(value, int) or isinstance(value, bool):
@@ -185,7 +195,7 @@ def node_config(settings: dict[str, Any]):
                       heartbeat_interval=settings["heartbeat"], gone_after=settings["gone_after"],
                       log_format=settings["log_format"], metrics_port=settings["metrics_port"],
                       malicious=settings["malicious"], upload_mbps=settings["upload_mbps"],
-                      job_threads=settings["job_threads"])
+                      job_threads=settings["job_threads"], job_device=settings["job_device"])
 
 
 def render(settings: dict[str, Any], fmt: str = "toml") -> str:

@@ -43,9 +43,10 @@ RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a chi
 class JobRunner:
     def __init__(self, blob_dir: Path, state_dir: Path, feed: Callable[[JobFinished], object], *,
                  max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None, malicious: str = "",
-                 threads: int = 1) -> None:
+                 threads: int = 1, device: str = "cpu") -> None:
         self.blob_dir, self.state_dir = Path(blob_dir), Path(state_dir)
         self.threads = threads  # torch threads in the child (see child_main)
+        self.device = device  # where the child's models run: "cpu" or a CUDA device
         self.malicious = malicious  # demonstrations and tests: the child's jobs cheat (trainer/cheats.py)
         self.feed = feed
         self.log = log or (lambda event, **fields: None)
@@ -173,7 +174,7 @@ class JobRunner:
         parent, child = ctx.Pipe(duplex=True)
         self.fatal = ""
         proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir), self.malicious,
-                                                        self.threads),
+                                                        self.threads, self.device),
                            name="swarm-jobs", daemon=True)
         proc.start()
         child.close()  # our copy of the child's end: its death must give us EOF
@@ -234,9 +235,10 @@ def _describe_exit(code) -> str:
     return f"exit code {code}"
 
 
-def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads: int = 1) -> None:
+def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads: int = 1,
+               device: str = "cpu") -> None:
     """The job process: `threads` torch threads (one unless the operator gave the peer more),
-    passive OpenMP waits, one JobWorker for its lifetime."""
+    passive OpenMP waits, models on `device`, one JobWorker for its lifetime."""
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
@@ -248,11 +250,15 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
         # transformers imports its model classes lazily: about 15 s on a busy 2-core machine, paid
         # here while the peer joins instead of inside its first generate or verify job
         from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: F401
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError(f"--job-device {device}, but this torch ({torch.__version__}) sees no CUDA GPU; "
+                               "use --job-device cpu, or install a CUDA build of torch")
+        torch.empty(0, device=device)  # a device that does not exist (cuda:7 on one GPU) fails here
     except BaseException as exc:
         conn.send(("fatal", f"the job process cannot start: {type(exc).__name__}: {exc}"))
         raise SystemExit(3)
     current = {"id": None}
-    worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, malicious=malicious,
+    worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, malicious=malicious, device=device,
                        progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
     conn.send(("ready", torch.get_num_threads()))
     while True:

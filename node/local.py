@@ -33,7 +33,7 @@ PROBE_INTERVAL = 2.0
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
               heartbeat: float = 2.0, probe_interval: float = PROBE_INTERVAL, malicious: list[str] | None = None,
-              tui: bool = False) -> int:
+              tui: bool = False, job_device: str = "cpu") -> int:
     # SIGINT is how this launcher is stopped (Ctrl-C, or `kill -INT`). A shell that starts a job in
     # the background hands it SIGINT ignored, and then the signal did nothing: a CI run started
     # that way failed test_local_resume (the run went on past its Ctrl-C until killed).
@@ -51,15 +51,16 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         # Peer 0 is the bootstrap and the trainer (it announces the task, so it is the task's trainer key).
         # One torch thread for the trainer too: with two (--job-threads 2) its steps got slower here
         # (train_s 1.31 s against 1.15 s, 4 peers on 2 cores): the other core is never idle enough.
+        device = ["--job-device", job_device] if job_device != "cpu" else []
         proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat),
-                                 "--roles", "trainer"], dirs[0] / "node.log")
+                                 "--roles", "trainer"] + device, dirs[0] / "node.log")
         procs.append(proc)
         _say(f"bootstrap peer listening {boot}")
         for i, d in enumerate(dirs[1:], 1):
             kind = cheaters.get(i)
             role = "validator" if kind == "lying-validator" else "worker"
             proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat),
-                                  "--roles", role] + (["--malicious", kind] if kind else []), d / "node.log",
+                                  "--roles", role] + (["--malicious", kind] if kind else []) + device, d / "node.log",
                                  nice=WORKER_NICE)
             procs.append(proc)
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")

@@ -50,7 +50,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             if {"worker", "trainer", "validator"} & set(cfg.roles):
                 from node.jobrunner import JobRunner  # torch lives in the job process, not here
                 runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
-                                   malicious=cfg.malicious, threads=cfg.job_threads)
+                                   malicious=cfg.malicious, threads=cfg.job_threads, device=cfg.job_device)
                 await nursery.start(runner.run)
                 driver.job_runner = runner
                 if "trainer" in cfg.roles:
@@ -58,7 +58,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     # verify jobs for the next step then use both cores instead of queueing in one
                     # (bench/learning.py: the trainer's job process is the swarm's critical path).
                     checks = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
-                                       malicious=cfg.malicious)
+                                       malicious=cfg.malicious, device=cfg.job_device)
                     await nursery.start(checks.run)
                     driver.check_runner = checks
             if cfg.upload_mbps is not None:

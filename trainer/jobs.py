@@ -59,8 +59,10 @@ class _Trainer:
 
 class JobWorker:
     def __init__(self, blob_dir: Path, state_dir: Path,
-                 progress: Callable[[dict], None] | None = None, malicious: str = "", defer_saves: bool = False) -> None:
+                 progress: Callable[[dict], None] | None = None, malicious: str = "", defer_saves: bool = False,
+                 device: str = "cpu") -> None:
         self.blobs = BlobDir(blob_dir)
+        self.device = torch.device(device)  # where models run (generation, checks, GRPO); blobs stay on CPU
         self.versions = Versions(self.blobs, Path(blob_dir).parent / "shards")  # the node's shard store
         self.state_dir = Path(state_dir)
         self.progress = progress or (lambda fields: None)
@@ -109,6 +111,7 @@ class JobWorker:
         if resumed is not None:
             return resumed
         model, tokenizer = base_model(task.model, job.seed)
+        model = model.to(self.device)
         stats: dict[str, float] = {}
         if is_builtin(task.model):
             wcfg = warmup_config(params, job.seed)
@@ -343,7 +346,8 @@ class JobWorker:
 
     def _template(self, name: str) -> tuple:
         if name not in self._templates:
-            self._templates[name] = base_model(name, 0)
+            model, tokenizer = base_model(name, 0)
+            self._templates[name] = (model.to(self.device), tokenizer)
         return self._templates[name]
 
     def _policy(self, name: str, digest: bytes) -> tuple:

@@ -5,6 +5,8 @@ import json
 import os
 import signal
 
+import pytest
+import torch
 import trio
 
 from node.jobrunner import STOP_GRACE, JobRunner
@@ -118,4 +120,31 @@ async def test_a_trainer_saves_its_state_after_answering_while_it_waits_for_the_
         moments = tmp_path / "state" / TASK.task_id / "optimizer.json"
         await h.wait(lambda: moments.is_file(), timeout=30.0)  # no further job was sent
         assert json.loads(moments.read_text())["version"] == 1
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: tests/trainer_jobs/test_cuda.py runs on it")
+async def test_a_cuda_job_device_without_a_gpu_fails_its_jobs_with_what_to_do(tmp_path):
+    h = Harness(tmp_path, device="cuda")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(QUICK, seed=0)))
+        await h.wait(lambda: len(h.done) == 1)
+        assert not h.done[0].ok and "sees no CUDA GPU" in h.done[0].error and "--job-device cpu" in h.done[0].error
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+async def test_a_cuda_job_process_runs_jobs_on_the_gpu(tmp_path):
+    h = Harness(tmp_path, device="cuda")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(QUICK, seed=0)))
+        await h.wait(lambda: len(h.done) == 1)
+        assert h.done[0].ok, h.done[0].error
+        v0 = h.done[0].result
+        h.runner.submit(RunJob(2, "generate", GenerateJob(QUICK, 0, v0.weights, (1, 2), 2, b"w" * 32)))
+        await h.wait(lambda: len(h.done) == 2)
+        assert h.done[1].ok and h.done[1].result.size > 0, h.done[1].error
         nursery.cancel_scope.cancel()
