@@ -28,7 +28,10 @@ class WarmupConfig:
     batch_size: int = 64  # training prompts per step
     lr: float = 1e-3  # AdamW learning rate, linear decay to 0 over `steps`
     seed: int = 0  # picks the training prompts (with torch's RNG untouched)
-    target: float = 0.32  # stop once greedy probe accuracy reaches this (0 = run every step)
+    # stop once greedy probe accuracy reaches this (0 = run every step). Held-out greedy accuracy on 512
+    # prompts over model seeds 0-7: 0.27-0.38 (mean 0.32) at 0.30; 0.32-0.40 at 0.32, one seed at 0.4004,
+    # just past the base range the learning benchmark asks for (0.25-0.40)
+    target: float = 0.30
     probe_prompts: int = 512  # training-split prompts 0..n-1: index draws below never hit them in practice
     first_check: int = 45  # 8 model seeds crossed 0.30 between steps 55 and 70 (0.34: 60 to 78)
     check_every: int = 3  # a check costs about 1 s; 5 steps moved accuracy by up to 0.08
