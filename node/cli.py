@@ -235,9 +235,11 @@ def cmd_local(args) -> int:
         malicious = parse_malicious(args.malicious, args.peers)
     except ValueError as exc:
         return _fail(str(exc), 2)
-    from node.config import valid_device
-    if not valid_device(args.job_device):
-        return _fail(f"--job-device must be cpu, cuda or cuda:N, got {args.job_device!r}", 2)
+    from node.config_file import ConfigError, check_value
+    try:
+        check_value("job_device", args.job_device, where="--job-device")  # as `start` checks it
+    except ConfigError as exc:
+        return _fail(str(exc), 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
                      task_file=args.task, heartbeat=args.heartbeat, malicious=malicious, tui=args.tui,
                      job_device=args.job_device)

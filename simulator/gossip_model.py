@@ -143,8 +143,7 @@ class GossipRouter:
         self.conns[j].add(i)
         self.closing[i].pop(j, None)
         self.closing[j].pop(i, None)
-        self.eligible[i].clear()
-        self.eligible[j].clear()
+        self._link_changed(i, j)
         for a, b in ((i, j), (j, i)):
             if any(t in self.subs[b] and len(self.mesh[a].get(t, ())) < self.cfg.Dlo for t in self.subs[a]):
                 self.dirty[a] = True
@@ -162,8 +161,7 @@ class GossipRouter:
             self.closing[j][i] = self.loop.now + net.latency[net.region[i]][net.region[j]] + net.extra_delay[j]
         else:
             self.closing[j].pop(i, None)
-        self.eligible[i].clear()
-        self.eligible[j].clear()
+        self._link_changed(i, j)
         for a, b in ((i, j), (j, i)):
             for topic, members in self.mesh[a].items():
                 if b in members:
@@ -200,6 +198,11 @@ class GossipRouter:
         for j in sorted(self.mesh[i].pop(topic, set())):
             self._prune(i, j, topic)
 
+    def _link_changed(self, i: int, j: int) -> None:
+        """The link i-j opened, closed, or joined or left a mesh: both ends' IHAVE targets change."""
+        self.eligible[i].clear()
+        self.eligible[j].clear()
+
     def _neighbours_changed(self, i: int) -> None:
         """Peer i's subscriptions (and so its neighbours' IHAVE targets) or its own mesh changed."""
         eligible = self.eligible
@@ -211,8 +214,7 @@ class GossipRouter:
 
     def _graft(self, i: int, j: int, topic: str) -> None:
         now = self.loop.now
-        self.eligible[i].clear()
-        self.eligible[j].clear()
+        self._link_changed(i, j)
         self.net.frame(now, i, j, CONTROL_BYTES)
         self.control_frames += 1
         if topic not in self.subs[j] or self.backoff[j].get((topic, i), 0.0) > now:
@@ -228,8 +230,7 @@ class GossipRouter:
 
     def _prune(self, i: int, j: int, topic: str) -> None:
         now = self.loop.now
-        self.eligible[i].clear()
-        self.eligible[j].clear()
+        self._link_changed(i, j)
         self.net.frame(now, i, j, CONTROL_BYTES)
         self.control_frames += 1
         self.mesh[i].get(topic, set()).discard(j)
