@@ -16,6 +16,12 @@ The variant, exactly:
   - Optional KL penalty to a reference policy with the k3 estimator exp(q - p) - (q - p) - 1
     (q = reference logprob, p = trainer logprob); off by default.
   - Each batch is split into `minibatches` optimizer steps (PPO-style), gradient norm clipped.
+  - Repeated completions are computed once (`collapse_repeats`): rows of a minibatch with the same
+    tokens, behaviour logprobs and advantage have the same per-token loss, so one copy weighted by
+    its count gives the same loss and gradient (up to float summation order) for a fraction of
+    the forward/backward. A learning policy repeats itself a lot (every right answer to a
+    digit-sort prompt is the same string): 100-120 distinct of 176-224 informative rows at the
+    base policy, far fewer later.
   - AdamW, learning rate constant after an optional linear warm-up over the first `lr_warmup_steps`
     batches (`lr_at`: a function of the step number alone, so a resumed trainer keeps the schedule).
 """
@@ -72,9 +78,14 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                        mask: torch.Tensor, eps_low: float, eps_high: float, delta: float,
-                       ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0):
-    """Token-level two-sided clipped loss; all [N, T] except advantages [N]. Returns (loss, stats)."""
-    mask = mask.float()
+                       ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+                       weights: torch.Tensor | None = None):
+    """Token-level two-sided clipped loss; all [N, T] except advantages and weights [N].
+    Row i counts `weights[i]` times (a collapsed repeat), in the loss and in the token count.
+    Returns (loss, stats)."""
+    mask = mask.to(logp.dtype)
+    if weights is not None:
+        mask = mask * weights[:, None].to(logp.dtype)
     n_tokens = mask.sum().clamp_min(1.0)
     ratio = torch.exp(logp - old_logp)
     adv = advantages[:, None].to(logp.dtype)
@@ -117,6 +128,27 @@ class Batch:
         return Batch(self.input_ids[rows], self.mask[rows], self.old_logp[rows], self.advantages[rows])
 
 
+def collapse_repeats(batch: Batch) -> tuple[Batch, torch.Tensor]:
+    """(distinct rows, how many times each occurs), first occurrences in order.
+
+    Rows are the same only when their ids, behaviour logprobs and advantage are bit-for-bit equal,
+    so a collapsed row stands for copies whose loss terms are identical, never merely close."""
+    ids, old = batch.input_ids.cpu().numpy(), batch.old_logp.cpu().numpy()
+    adv = batch.advantages.cpu().numpy()
+    first: dict[tuple[bytes, bytes, bytes], int] = {}
+    rows: list[int] = []
+    counts: list[int] = []
+    for i in range(ids.shape[0]):
+        key = (ids[i].tobytes(), old[i].tobytes(), adv[i].tobytes())
+        at = first.setdefault(key, len(rows))
+        if at == len(rows):
+            rows.append(i)
+            counts.append(1)
+        else:
+            counts[at] += 1
+    return batch.select(torch.tensor(rows)), torch.tensor(counts, dtype=torch.float32)
+
+
 def make_batch(prompt_ids: list[list[int]], completion_ids: list[list[int]],
                behaviour_logprobs: list[torch.Tensor], advantages: torch.Tensor, pad_id: int) -> Batch:
     """Pack rollouts. Right padding needs no attention mask: causal attention never lets a real
@@ -150,10 +182,11 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None) -
     model.train()
     n = batch.input_ids.shape[0]
     totals: dict[str, float] = {}
+    distinct = 0
     steps = min(cfg.minibatches, n)
     for k in range(steps):
-        rows = torch.arange(k, n, steps)
-        mb = batch.select(rows)
+        mb, weights = collapse_repeats(batch.select(torch.arange(k, n, steps)))
+        distinct += len(weights)
         ids = mb.input_ids.to(device)
         logp = token_logprobs(model, ids)
         ref_logp = None
@@ -162,7 +195,7 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None) -
                 ref_logp = token_logprobs(ref_model, ids)
         loss, stats = clipped_token_loss(
             logp, mb.old_logp.to(device), mb.advantages.to(device), mb.mask.to(device),
-            cfg.eps_low, cfg.eps_high, cfg.delta, ref_logp, cfg.kl_coef)
+            cfg.eps_low, cfg.eps_high, cfg.delta, ref_logp, cfg.kl_coef, weights.to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad_norm"] = clip_grad(model, cfg.max_grad_norm)
@@ -172,4 +205,6 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None) -
             totals[key] = totals.get(key, 0.0) + v / steps
     model.eval()
     totals["tokens"] = float(batch.mask.sum())
+    totals["rows"] = float(n)
+    totals["distinct_rows"] = float(distinct)
     return totals

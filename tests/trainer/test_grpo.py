@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
-from trainer.grpo import (GRPOConfig, clip_grad, clipped_token_loss, group_advantages, grpo_step,
-                          kl_k3, lr_at, make_batch, make_optimizer, token_logprobs)
+from trainer.grpo import (Batch, GRPOConfig, clip_grad, clipped_token_loss, collapse_repeats,
+                          group_advantages, grpo_step, kl_k3, lr_at, make_batch, make_optimizer,
+                          token_logprobs)
 from trainer.taskconfig import ParamError, grpo_config
 
 CLIP = dict(eps_low=0.2, eps_high=0.28, delta=4.0)
@@ -105,6 +106,87 @@ def test_grpo_step_moves_logprobs_the_right_way():
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: ratio 1 before the step
     assert {"loss", "grad_norm", "clip_frac", "tokens"} <= set(stats) and stats["tokens"] == 6
     assert not model.training
+
+
+def _batch_with_repeats(tok, logp_noise: float = 0.0) -> Batch:
+    """Six rows, three of them copies: a right answer three times, a wrong one twice, one other."""
+    prompt = tok("4213>")["input_ids"]
+    right = tok("1234", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    wrong = tok("1243", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    other = tok("12", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    lp = {len(right): torch.tensor([-0.3, -0.2, -0.1, -0.4, -0.05])}
+    lp_other = torch.tensor([-0.6, -0.7, -0.2])
+    rows = [(right, lp[5], 1.2), (wrong, lp[5] - 1, -0.8), (right, lp[5], 1.2), (other, lp_other, -0.8),
+            (right, lp[5] + logp_noise, 1.2), (wrong, lp[5] - 1, -0.8)]
+    return make_batch([prompt] * len(rows), [r[0] for r in rows], [r[1] for r in rows],
+                      torch.tensor([r[2] for r in rows]), tok.pad_token_id)
+
+
+def test_collapse_repeats_counts_only_bit_equal_rows(builtin):
+    _, tok = builtin
+    mb, counts = collapse_repeats(_batch_with_repeats(tok))
+    assert counts.tolist() == [3, 2, 1] and mb.input_ids.shape[0] == 3
+    assert torch.equal(mb.input_ids, _batch_with_repeats(tok).input_ids[[0, 1, 3]])
+    # one float ulp of a behaviour logprob apart: a different row (its ratio differs)
+    _, counts = collapse_repeats(_batch_with_repeats(tok, logp_noise=1e-7))
+    assert counts.tolist() == [2, 2, 1, 1]
+    # the same completion with another advantage (another group) is another row too
+    b = _batch_with_repeats(tok)
+    b.advantages[2] = 0.5
+    assert collapse_repeats(b)[1].tolist() == [2, 2, 1, 1]
+
+
+def test_collapsed_rows_give_the_full_batches_loss_and_gradient():
+    """With a KL term and off-policy ratios: the weighted distinct rows give the loss, every
+    statistic and every parameter gradient of the full batch. The model runs in float64 but
+    `token_logprobs` takes float32 log-softmax, so gradients agree to float32 rounding; a wrong
+    weight would be off by tens of percent."""
+    from trainer.model import create_builtin_model
+
+    model, tok = create_builtin_model(5)
+    model.double()
+    full = _batch_with_repeats(tok)
+    ref_model, _ = create_builtin_model(6)
+    ref_model.double()
+
+    def loss_grads(b: Batch, weights=None):
+        model.zero_grad(set_to_none=True)
+        logp = token_logprobs(model, b.input_ids)
+        with torch.no_grad():
+            ref = token_logprobs(ref_model, b.input_ids)
+        loss, stats = clipped_token_loss(logp, b.old_logp.double(), b.advantages, b.mask, **CLIP,
+                                         ref_logp=ref, kl_coef=0.1, weights=weights)
+        loss.backward()
+        return loss.item(), stats, [p.grad.clone() for p in model.parameters()]
+
+    loss, stats, grads = loss_grads(full)
+    mb, counts = collapse_repeats(full)
+    c_loss, c_stats, c_grads = loss_grads(mb, counts)
+    assert c_loss == pytest.approx(loss, rel=1e-12)
+    assert c_stats == pytest.approx(stats, rel=1e-12)
+    assert max(float((g - c).norm() / g.norm()) for g, c in zip(grads, c_grads)) < 1e-5
+    assert any(g.abs().max() > 0 for g in grads)
+
+
+def test_grpo_step_on_a_batch_doubled_row_for_row_takes_the_same_step():
+    """Each minibatch of the doubled batch is the original's with every row twice, so the copies
+    collapse away and the update is bit-for-bit the same."""
+    from trainer.model import create_builtin_model
+
+    _, tok = create_builtin_model(0)
+    once = _batch_with_repeats(tok, logp_noise=1e-7)
+    twice = Batch(*(torch.cat([t, t]) for t in (once.input_ids, once.mask, once.old_logp, once.advantages)))
+    cfg = GRPOConfig(lr=1e-3, minibatches=2)
+    results = []
+    for b in (once, twice):
+        model, _ = create_builtin_model(4)
+        stats = grpo_step(model, make_optimizer(model, cfg), b, cfg)
+        results.append((stats, [p.detach().clone() for p in model.parameters()]))
+    (s1, w1), (s2, w2) = results
+    assert (s1["rows"], s1["distinct_rows"]) == (6, 4)
+    assert (s2["rows"], s2["distinct_rows"]) == (12, 4)
+    assert all(torch.equal(a, b) for a, b in zip(w1, w2))
+    assert s2["loss"] == s1["loss"] and s2["tokens"] == 2 * s1["tokens"]
 
 
 def test_lr_warmup_ramps_linearly_then_holds():
