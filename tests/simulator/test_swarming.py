@@ -24,3 +24,61 @@ def test_the_simulated_exchange_is_the_nodes():
     from swarm.exchange import ExchangeConfig
 
     assert exchange_config(SwarmingConfig()) == ExchangeConfig()
+
+
+def _net(n: int):
+    from simulator.swarming import _Net
+
+    return _Net(n, 1.0)
+
+
+def _link_loads(net) -> list[float]:
+    return [sum(f.rate for f in fs) for fs in net.out + net.inn]
+
+
+def test_a_receiver_hands_the_downlink_its_slow_flows_cannot_use_to_its_fast_one():
+    """Peer 1 receives from four busy senders (each also feeding 15 other peers: 1/16 of an uplink
+    each) and from the idle origin 0. Max-min gives the origin's flow the 3/4 of peer 1's downlink
+    the slow flows leave; the old rule min(up / n_out, down / n_in) gave it 1/5."""
+    net = _net(70)
+    receivers = iter(range(10, 70))
+    for sender in range(2, 6):
+        for dst in [1] + [next(receivers) for _ in range(15)]:
+            net.transfer(sender, dst, 100.0, lambda: None)
+    net.transfer(0, 1, 100.0, lambda: None)
+    fast = next(iter(net.out[0]))
+    assert fast.rate == 0.75
+    assert sorted(f.rate for f in net.inn[1]) == [0.0625] * 4 + [0.75]
+    assert max(_link_loads(net)) <= 1.0 + 1e-12
+
+
+def test_links_never_exceed_capacity_and_every_byte_arrives():
+    """Random transfers starting and ending: after every event no uplink or downlink carries more
+    than its capacity, and each transfer completes no sooner than its size allows."""
+    import heapq
+
+    from swarm.rng import Rng
+
+    rng, net = Rng(7), _net(12)
+    done: dict[int, float] = {}
+    starts: dict[int, tuple[float, float]] = {}
+
+    def start(k):
+        src, dst = rng.randrange(12), rng.randrange(12)
+        if src == dst:
+            return
+        size = 0.5 + rng.random() * 4
+        starts[k] = (net.now, size)
+        net.transfer(src, dst, size, lambda k=k: done.__setitem__(k, net.now))
+
+    for k in range(200):
+        net.at(rng.random() * 20, start, k)
+    heap_events = 0
+    while net.heap:  # one event at a time, checking the links after each
+        net.now, _, fn, args = heapq.heappop(net.heap)
+        fn(*args)
+        heap_events += 1
+        assert max(_link_loads(net)) <= 1.0 + 1e-9
+    assert set(done) == set(starts)
+    assert all(done[k] - t0 >= size * (1 - 1e-9) for k, (t0, size) in starts.items())
+    assert heap_events > 200
