@@ -28,13 +28,16 @@ class WarmupConfig:
     batch_size: int = 64  # training prompts per step
     lr: float = 1e-3  # AdamW learning rate, linear decay to 0 over `steps`
     seed: int = 0  # picks the training prompts (with torch's RNG untouched)
-    # stop once greedy probe accuracy reaches this (0 = run every step). Held-out greedy accuracy on 512
-    # prompts over model seeds 0-7: 0.27-0.38 (mean 0.32) at 0.30; 0.32-0.40 at 0.32, one seed at 0.4004,
-    # just past the base range the learning benchmark asks for (0.25-0.40)
-    target: float = 0.30
+    # stop once greedy probe accuracy reaches this (0 = run every step). Held-out greedy accuracy over
+    # model seeds 0-7 and a bench run's seed, checking every step: 0.30-0.35 on 512 prompts (0.27-0.32
+    # on 256) at 0.31; 0.275-0.322 at 0.30 (256 prompts: 0.246 for seed 0). Checking every 3rd step
+    # at 0.30 gave 0.27-0.40: the bench's seed reached 0.4004, past the 0.25-0.40 base range the
+    # learning benchmark asks for (the probe is noisy: it had dipped below 0.30 at the check after it
+    # first crossed it, and training went on 10 more steps)
+    target: float = 0.31
     probe_prompts: int = 512  # training-split prompts 0..n-1: index draws below never hit them in practice
     first_check: int = 45  # 8 model seeds crossed 0.30 between steps 55 and 70 (0.34: 60 to 78)
-    check_every: int = 3  # a check costs about 1 s; 5 steps moved accuracy by up to 0.08
+    check_every: int = 1  # a check costs about 0.5-1 s; 5 steps moved accuracy by up to 0.08
 
 
 def probe_accuracy(model, tokenizer, env: Environment, n: int) -> float:
