@@ -114,10 +114,10 @@ def _batch_with_repeats(tok, logp_noise: float = 0.0) -> Batch:
     right = tok("1234", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     wrong = tok("1243", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     other = tok("12", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    lp = {len(right): torch.tensor([-0.3, -0.2, -0.1, -0.4, -0.05])}
+    lp = torch.tensor([-0.3, -0.2, -0.1, -0.4, -0.05])  # right and wrong: 4 digits + eos
     lp_other = torch.tensor([-0.6, -0.7, -0.2])
-    rows = [(right, lp[5], 1.2), (wrong, lp[5] - 1, -0.8), (right, lp[5], 1.2), (other, lp_other, -0.8),
-            (right, lp[5] + logp_noise, 1.2), (wrong, lp[5] - 1, -0.8)]
+    rows = [(right, lp, 1.2), (wrong, lp - 1, -0.8), (right, lp, 1.2), (other, lp_other, -0.8),
+            (right, lp + logp_noise, 1.2), (wrong, lp - 1, -0.8)]
     return make_batch([prompt] * len(rows), [r[0] for r in rows], [r[1] for r in rows],
                       torch.tensor([r[2] for r in rows]), tok.pad_token_id)
 
@@ -168,12 +168,12 @@ def test_collapsed_rows_give_the_full_batches_loss_and_gradient():
     assert any(g.abs().max() > 0 for g in grads)
 
 
-def test_grpo_step_on_a_batch_doubled_row_for_row_takes_the_same_step():
+def test_grpo_step_on_a_batch_doubled_row_for_row_takes_the_same_step(builtin):
     """Each minibatch of the doubled batch is the original's with every row twice, so the copies
     collapse away and the update is bit-for-bit the same."""
     from trainer.model import create_builtin_model
 
-    _, tok = create_builtin_model(0)
+    _, tok = builtin
     once = _batch_with_repeats(tok, logp_noise=1e-7)
     twice = Batch(*(torch.cat([t, t]) for t in (once.input_ids, once.mask, once.old_logp, once.advantages)))
     cfg = GRPOConfig(lr=1e-3, minibatches=2)
