@@ -35,7 +35,7 @@ from swarm.io import JobFinished, RunJob
 
 MAX_QUEUE = 64
 STOP_GRACE = 3.0
-POLITE_STOP = 1.0  # how long a child gets to finish a deferred save and exit before SIGTERM
+POLITE_STOP = 1.0  # how long a child gets to finish its job, write a trainer's state and exit before SIGTERM
 POLL = 0.2  # how often the reading thread checks whether it should give up
 RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a child that keeps dying
 
@@ -246,7 +246,7 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
         import torch
 
         torch.set_num_threads(threads)
-        from trainer.jobs import JobError, JobWorker
+        from trainer.jobs import SAVE_EVERY, JobError, JobWorker
         # transformers imports its model classes lazily: about 15 s on a busy 2-core machine, paid
         # here while the peer joins instead of inside its first generate or verify job
         from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: F401
@@ -259,14 +259,18 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
         raise SystemExit(3)
     current = {"id": None}
     worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, malicious=malicious, device=device,
-                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
+                       save_every=SAVE_EVERY, progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
     conn.send(("ready", torch.get_num_threads()))
     while True:
         try:
             msg = conn.recv()
         except (EOFError, OSError):
-            return  # the parent is gone
+            msg = None  # the parent is gone
         if msg is None:
+            try:
+                worker.close()  # a trainer's master weights and moments since its last periodic save
+            except Exception:
+                traceback.print_exc()
             return
         job_id, kind, payload = msg
         current["id"] = job_id

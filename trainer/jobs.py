@@ -6,9 +6,12 @@ hash (re-hashing what it reads) and stores what it makes under its hash. Models 
 memory between jobs (policies by weights hash, the trainer's model and optimizer per task), so a
 worker pays for loading a policy once per version and a trainer never reloads between steps.
 
-The trainer's optimizer state is written to `state_dir/<task>/` after every step (atomically, with
-the version and weights hash it belongs to), so a restarted trainer given the same version resumes
-with the same Adam moments; given any other version it starts a fresh optimizer from the blob.
+The trainer's master weights and optimizer state are written to `state_dir/<task>/` (atomically,
+with the version and weights hash they belong to) after a step at most every `save_every` seconds
+and when the job process stops, so a restarted trainer given the same version resumes with the same
+Adam moments; given any other version (a crash since the last save) it starts a fresh optimizer
+from the published weights. Writing both after every step cost the job process, the swarm's
+critical path on one machine, about 65 ms of CPU and more of wall time per version.
 
 Every failure an operator can cause or fix (unknown model or environment, a malformed model dir,
 a missing or corrupt blob, a bad task parameter, an environment that raises) is a `JobError` whose
@@ -41,6 +44,10 @@ from trainer.train_batch import build_batch
 from trainer.versions import VersionError, Versions, state_of_blob
 
 POLICY_CACHE = 3  # policies kept in memory: the current version and an async window of 2
+# How often the job process writes a trainer's master weights and moments (node/jobrunner.py); it also
+# writes them when it stops. A crash loses at most this much of them, never a version (trainer.json is
+# written every step): the resumed trainer then continues from the published weights, fresh moments.
+SAVE_EVERY = 30.0
 
 
 class JobError(RuntimeError):
@@ -55,12 +62,14 @@ class _Trainer:
     optimizer: torch.optim.Optimizer
     version: int
     weights: bytes
+    saved_at: float | None = None  # monotonic time of the last save of master weights and moments
+    unsaved: bool = False  # the model and optimizer moved past what the state dir holds
 
 
 class JobWorker:
     def __init__(self, blob_dir: Path, state_dir: Path,
                  progress: Callable[[dict], None] | None = None, malicious: str = "", defer_saves: bool = False,
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", save_every: float = 0.0) -> None:
         self.blobs = BlobDir(blob_dir)
         self.device = torch.device(device)  # where models run (generation, checks, GRPO); blobs stay on CPU
         self.versions = Versions(self.blobs, Path(blob_dir).parent / "shards")  # the node's shard store
@@ -72,6 +81,7 @@ class JobWorker:
         self._seen: dict[str, OrderedDict] = {}  # task -> content digests of batches that passed verify
         self.defer_saves = defer_saves  # the job process: saves that need not precede the answer wait for `flush`
         self._deferred: list[Callable[[], None]] = []
+        self.save_every = save_every  # seconds between a trainer's state saves; 0: after every step
         self.cheat = None
         if malicious:  # demonstrations and tests only: trainer/cheats.py
             from trainer.cheats import Cheater
@@ -87,6 +97,20 @@ class JobWorker:
         """Run the saves the last job deferred. Every job starts with this, so no job sees stale state."""
         while self._deferred:
             self._deferred.pop(0)()
+
+    def close(self) -> None:
+        """Write what a stopping job process must not lose: deferred saves, and the master weights and
+        moments of every trainer that stepped since its last save (the resume after Ctrl-C continues
+        from exactly them)."""
+        self.flush()
+        for task_id, st in self._trainers.items():
+            if st.unsaved:
+                self._save_trainer(self._state_path(task_id), st, weights_bytes(st.model))
+
+    def _save_trainer(self, path: Path, st: _Trainer, master: bytes) -> None:
+        self.versions.save_master(path, st.weights, master)
+        trainstate.save(path, st.optimizer, st.version, st.weights)
+        st.unsaved = False
 
     def run(self, kind: str, payload):
         self.flush()
@@ -306,12 +330,15 @@ class JobWorker:
                                                        job.parent_root, job.parent_depth)
         path, version = self._state_path(task.task_id), job.version + 1
         trainstate.save_version(path, version, digest)
-        st.version, st.weights = version, digest
+        st.version, st.weights, st.unsaved = version, digest, True
         # the master weights and the moments (about 12 bytes per parameter) are written after the
-        # answer when the job process defers saves: off the critical path, and before the next job
-        # reads them (see `flush`); a trainer killed in between resumes from the published weights
-        self._later(lambda: self.versions.save_master(path, digest, master))
-        self._later(lambda: trainstate.save(path, st.optimizer, version, digest))
+        # answer when the job process defers saves (off the critical path, before the next job reads
+        # them: see `flush`), and only every `save_every` seconds (`close` writes the rest); a
+        # trainer killed in between resumes from the published weights
+        now = time.monotonic()
+        if st.saved_at is None or now - st.saved_at >= self.save_every:
+            st.saved_at = now
+            self._later(lambda: self._save_trainer(path, st, master))
         stats["train_s"] = time.monotonic() - t0
         return jobs.VersionResult(st.version, digest, size, stats, manifest)
 

@@ -85,6 +85,10 @@ def test_a_local_run_stopped_with_ctrl_c_resumes_from_its_last_version(tmp_path)
     # what the stopped trainer published last, or the version after it: trainer.json is written
     # before a version is published, so a train job that Ctrl-C let finish leaves one not yet published
     assert state["version"] in (first[-1]["version"], first[-1]["version"] + 1)
+    # the job process wrote the moments and master weights of that version as it stopped (between
+    # stops it writes them only every trainer.jobs.SAVE_EVERY seconds)
+    moments = json.loads(next((base / "peer0" / "state").glob("*/optimizer.json")).read_text())
+    assert (moments["version"], moments["weights"]) == (state["version"], state["weights"])
 
     with open(tmp_path / "second.log", "wb") as log:
         proc = launch(base, task_file, log)

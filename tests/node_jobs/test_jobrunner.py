@@ -123,6 +123,38 @@ async def test_a_trainer_saves_its_state_after_answering_while_it_waits_for_the_
         nursery.cancel_scope.cancel()
 
 
+async def test_a_stopping_job_process_writes_the_trainer_state_it_had_not_saved_yet(tmp_path):
+    """Between periodic saves (trainer.jobs.SAVE_EVERY) a step's moments stay in memory; stopping the
+    runner (Ctrl-C) has the child write them, so the resumed trainer continues from the last version."""
+    from swarm.jobs import TrainJob
+    from tests.trainer_jobs.conftest import TASK
+
+    h = Harness(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(TASK, seed=7)))
+        await h.wait(lambda: len(h.done) == 1)
+        v0 = h.done[0].result
+        for n, prompts in enumerate(((1, 2), (3, 4), (5, 6), (7, 8))):
+            h.runner.submit(RunJob(2 + n, "generate", GenerateJob(TASK, 0, v0.weights, prompts, 4, b"w" * 32)))
+        await h.wait(lambda: len(h.done) == 5)
+        rollouts = tuple(d.result.blob for d in h.done[1:])
+        h.runner.submit(RunJob(6, "train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0)))
+        await h.wait(lambda: len(h.done) == 6)
+        v1 = h.done[5].result
+        h.runner.submit(RunJob(7, "train", TrainJob(TASK, 1, v1.weights, rollouts, v1.manifest["root"],
+                                                    v1.manifest["depth"])))
+        await h.wait(lambda: len(h.done) == 7)
+        assert h.done[6].ok and h.done[6].result.version == 2
+        moments = tmp_path / "state" / TASK.task_id / "optimizer.json"
+        await trio.sleep(1.0)  # what the child wrote after answering
+        assert json.loads(moments.read_text())["version"] == 1  # the first step's save; the second waits
+        nursery.cancel_scope.cancel()
+    assert json.loads(moments.read_text())["version"] == 2
+    master = (tmp_path / "state" / TASK.task_id / "master-weights").read_text().split()
+    assert master[0] == h.done[6].result.weights.hex()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: tests/trainer_jobs/test_cuda.py runs on it")
 async def test_a_cuda_job_device_without_a_gpu_fails_its_jobs_with_what_to_do(tmp_path):
     h = Harness(tmp_path, device="cuda")

@@ -68,3 +68,37 @@ def test_a_job_process_writes_moments_after_answering_and_a_crash_before_costs_o
     job2 = TrainJob(TASK, 1, v1.weights, rollouts, again.manifest["root"], 0)
     fresh = crashed.run("train", job2)  # fresh moments: a valid step, not the bit-identical one
     assert fresh.version == 2 and fresh.weights != worker.run("train", job2).weights
+
+
+def test_a_job_process_saves_state_every_so_often_and_when_it_closes(tmp_path):
+    """With `save_every`, a step saves master weights and moments only if the last save is that old;
+    `close` (the job process stopping) writes the rest, so a stopped trainer still resumes bit-exactly,
+    and a crash before it costs the moments of the steps since the last save, never a version."""
+    blobs, state = tmp_path / "blobs", tmp_path / "state"
+    worker = JobWorker(blobs, state, defer_saves=True, save_every=3600.0)
+    v0 = worker.run("init", InitJob(TASK, seed=7))
+    rollouts = tuple(worker.run("generate", GenerateJob(TASK, 0, v0.weights, p, 4, WORKER)).blob
+                     for p in ((1, 2), (3, 4), (5, 6), (7, 8)))
+    v1 = worker.run("train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0))
+    v2 = worker.run("train", TrainJob(TASK, 1, v1.weights, rollouts, v1.manifest["root"], v1.manifest["depth"]))
+    worker.flush()
+    task_dir = state / "t-jobs"
+    assert json.loads((task_dir / "trainer.json").read_text())["version"] == 2  # every step
+    assert json.loads((task_dir / "optimizer.json").read_text())["version"] == 1  # the first step only
+    shutil.copytree(state, tmp_path / "crashed")
+    worker.close()
+    assert json.loads((task_dir / "optimizer.json").read_text())["version"] == 2
+    shutil.copytree(state, tmp_path / "stopped")
+
+    job3 = TrainJob(TASK, 2, v2.weights, rollouts, v2.manifest["root"], v2.manifest["depth"])
+    expected = worker.run("train", job3).weights
+    resumed = JobWorker(blobs, tmp_path / "stopped")
+    again = resumed.run("init", InitJob(TASK, seed=7))
+    assert (again.version, again.weights) == (2, v2.weights)
+    assert resumed.run("train", TrainJob(TASK, 2, v2.weights, rollouts, again.manifest["root"], 0)).weights == expected
+
+    crashed = JobWorker(blobs, tmp_path / "crashed")
+    again = crashed.run("init", InitJob(TASK, seed=7))
+    assert (again.version, again.weights) == (2, v2.weights)  # the version is never lost
+    fresh = crashed.run("train", TrainJob(TASK, 2, v2.weights, rollouts, again.manifest["root"], 0))
+    assert fresh.version == 3 and fresh.weights != expected  # moments and master of version 1 do not fit 2
