@@ -4,8 +4,8 @@ Three parts (each can be skipped):
 
   compression  bytes on the wire / raw bf16 bytes for one real GRPO step, packed as the trainer's
                job does (trainer/versions.py: bf16, zigzag delta vs the parent when smaller, zstd,
-               1 MiB shards). Wire bytes = compressed shards + the signed manifest envelope + per-shard
-               request/answer framing. Models: the built-in one (warmed up, then one GRPO batch) and
+               1 MiB shards of 256 KiB pieces). Wire bytes = compressed shards + the signed manifest
+               envelope (with every shard and piece hash) + per-piece request/answer framing. Models: the built-in one (warmed up, then one GRPO batch) and
                SmolLM2-135M-Instruct (trainer/model.py load_smollm2; one GRPO step on chat-arithmetic
                rollouts). Pack and unpack throughput in raw bf16 MB/s (one thread).
   localhost    real `swarm-node` processes on 127.0.0.1 (node/shardbench.py): a seed publishes a
@@ -78,15 +78,16 @@ def wire_ratio(v0: dict, v1: dict, shard_size: int = 1 << 20) -> dict:
     manifest = WeightManifest(task_id="0" * 16, version=1, parent_version=0 if p1.encoding == "delta" else -1,
                               created_at=1.8e9, **fields)
     envelope = len(seal(Identity(b"\x01" * 32), manifest).wire)
-    wire = p1.compressed_size + envelope + FRAME * len(p1.shards)
+    wire = p1.compressed_size + envelope + FRAME * len(p1.piece_hashes)
     changed = sum(int((r1[k] != r0[k]).sum()) for k in r1 if r1[k].is_floating_point())
     floats = sum(t.numel() for t in r1.values() if t.is_floating_point())
     full = pack_version(v1, None, shard_size=shard_size)
     del torch
     return {"raw_bf16_mb": round(raw / MB, 3), "encoding": p1.encoding, "shards": len(p1.shards),
+            "pieces": len(p1.piece_hashes),
             "wire_ratio": round(wire / raw, 4), "payload_ratio": round(p1.compressed_size / raw, 4),
             "manifest_bytes": envelope, "full_version_wire_ratio": round(
-                (full.compressed_size + envelope + FRAME * len(full.shards)) / raw, 4),
+                (full.compressed_size + envelope + FRAME * len(full.piece_hashes)) / raw, 4),
             "bf16_values_changed_frac": round(changed / floats, 4),
             "pack_mb_s": round(raw / MB / pack_s, 1), "unpack_mb_s": round(raw / MB / unpack_s, 1)}
 
@@ -148,7 +149,7 @@ def localhost(size_mb: float, counts: list[int], upload_mbps: float | None = Non
                 rows[n]["loadavg"] = [round(x, 2) for x in os.getloadavg()]
             base = rows[counts[0]]["reach_all_s"]
             out[mode] = {str(n): {"reach_all_s": r["reach_all_s"], "ratio_to_single": round(r["reach_all_s"] / base, 3),
-                                  "shards_served_by_peers": r["shards_served_by_peers"], "loadavg_after": r["loadavg"]}
+                                  "pieces_served_by_peers": r["pieces_served_by_peers"], "loadavg_after": r["loadavg"]}
                          for n, r in rows.items()}
     if upload_mbps:
         out["single_transfer_bound_s"] = round(size_mb * 8 / upload_mbps, 2)
@@ -158,7 +159,8 @@ def localhost(size_mb: float, counts: list[int], upload_mbps: float | None = Non
 # ---------------------------------------------------------------- simulator
 
 
-def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int, shard_mb: float = 1.0) -> dict:
+def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int, shard_mb: float = 1.0,
+              piece_kib: float = 256.0) -> dict:
     from simulator.swarming import SwarmingConfig, run_swarming
 
     out: dict = {}
@@ -166,12 +168,14 @@ def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int
     for n in peer_counts:
         _say(f"simulator swarm {n} peers")
         t0 = time.monotonic()
-        swarm = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="swarm", shard_mb=shard_mb))
+        swarm = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="swarm", shard_mb=shard_mb,
+                                            piece_kib=piece_kib))
         swarm["wall_s"] = round(time.monotonic() - t0, 1)
         bound = swarm["lower_bound_s"]
         if n <= star_max:
             _say(f"simulator star {n} peers")
-            star = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="star", shard_mb=shard_mb))
+            star = run_swarming(SwarmingConfig(peers=n, size_mb=size_mb, mbps=mbps, mode="star", shard_mb=shard_mb,
+                                               piece_kib=piece_kib))
             star["model"] = "simulated"
             star100 = star
         else:
@@ -196,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sim-peers", default="100,1000")
     ap.add_argument("--mbps", type=float, default=50.0)
     ap.add_argument("--sim-shard-mb", type=float, default=1.0, help="simulator: shard size in MiB (task default 1)")
+    ap.add_argument("--sim-piece-kib", type=float, default=256.0,
+                    help="simulator: piece size in KiB, a divisor of the shard size (task default 256)")
     ap.add_argument("--upload-mbps", type=float, default=10.0,
                     help="localhost: every peer's emulated uplink, Mbit/s (0: only the unthrottled runs)")
     ap.add_argument("--local-size-mb", type=float, default=None,
@@ -224,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
             out["localhost"]["unthrottled"] = localhost(args.size_mb, counts)
     if not args.skip_sim:
         out["simulator"] = simulator([int(x) for x in args.sim_peers.split(",")], args.size_mb, args.mbps, star_max=100,
-                                     shard_mb=args.sim_shard_mb)
+                                     shard_mb=args.sim_shard_mb, piece_kib=args.sim_piece_kib)
         out["simulator"]["target_ratio_95"] = 1.5
     print(json.dumps(out, indent=2))
 

@@ -20,6 +20,7 @@ HASH = 32  # blake2b-256 digests and Ed25519 public keys are both 32 bytes
 TASK_ID_HEX = 16  # task ids: 8 bytes of blake2b over the task body, as hex
 MAX_TIME = 1e11  # seconds since the epoch; far beyond any real clock, rejects absurd values
 MAX_PEERS_DECLARED = 1 << 20  # StatusHeartbeat.peers: a swarm-size estimate, bounded
+MAX_PIECES = 16384  # pieces of one version: 4 GiB at 256 KiB; their hashes (557 KB) still fit a manifest
 
 
 class Message(Struct):
@@ -166,6 +167,10 @@ class WeightManifest(Message):
     delta_op: str = f(max=8, default="")  # "sub" or "xor" for a delta, "" for a full encoding
     depth: int = f(min=0, max=1 << 20, default=0)  # deltas since the last full version
     shuffle: bool = f(default=True)  # payload tensors are byte-shuffled
+    # Pieces: what peers request, check and relay one by one (swarm/pieces.py). 0 and no hashes: every
+    # shard is one piece (a manifest built outside trainer/weights, e.g. a benchmark's).
+    piece_size: int = f(min=0, max=64 << 20, default=0)
+    piece_hashes: tuple[bytes, ...] = f(max=MAX_PIECES, item_max=HASH, default=())
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -179,6 +184,13 @@ class WeightManifest(Message):
             raise ValueError("WeightManifest: a delta has a delta_op ('sub' or 'xor') and depth >= 1, a full one neither")
         if self.shard_hashes and -(-self.compressed_size // self.shard_size) != len(self.shard_hashes):
             raise ValueError("WeightManifest: compressed_size / shard_size disagrees with the shard count")
+        if self.piece_hashes or self.piece_size:
+            if any(len(h) != HASH for h in self.piece_hashes):
+                raise ValueError("WeightManifest.piece_hashes: 32-byte hashes")
+            if self.piece_size <= 0 or self.shard_size % self.piece_size:
+                raise ValueError("WeightManifest: piece_size divides shard_size")
+            if -(-self.compressed_size // self.piece_size) != len(self.piece_hashes):
+                raise ValueError("WeightManifest: compressed_size / piece_size disagrees with the piece count")
 
     def shard_length(self, index: int) -> int:
         """The exact byte length of shard `index` (every shard but the last is `shard_size`)."""
@@ -189,14 +201,15 @@ class WeightManifest(Message):
 
 @dataclass(frozen=True)
 class ShardHave(Message):
-    """Which shards of a version (by root) the signer holds, as a bitmap (bit i = shard i)."""
+    """Which pieces of a version (by root) the signer holds, as a bitmap (bit i = piece i; a manifest
+    without pieces: shard i)."""
 
     KIND: ClassVar[str] = "have"
 
     task_id: str = f(size=TASK_ID_HEX)
     root: bytes = f(size=HASH)
     version: int = f(min=0)
-    bitmap: bytes = f(max=512)
+    bitmap: bytes = f(max=MAX_PIECES // 8)
     sent_at: float = f(min=0, max=MAX_TIME)
 
     def holds(self, index: int) -> bool:

@@ -17,7 +17,7 @@ import trio
 from node.p2p import DialError, MessageTooLarge, RequestError
 from node.p2p.reqresp import Reply
 from swarm import jobs, protocols
-from swarm.exchange import SHARD_OK, decode_response, encode_error
+from swarm.pieces import PIECE_OK, decode_response, encode_error
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
                       LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
                       RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
@@ -168,10 +168,12 @@ class CoreDriver:
         elif isinstance(effect, RespondShard):
             slot = self._replies.get(effect.request_id)
             if slot is not None:
-                data = self.shards.get(effect.digest) if self.shards is not None else None
-                slot.value = Respond(effect.request_id, SHARD_OK + data) if data is not None else Respond(
+                data = effect.data  # a piece of a shard still being fetched, checked when it came
+                if data is None and self.shards is not None:
+                    data = self.shards.get_piece(effect.shard, effect.digest, effect.offset, effect.length)
+                slot.value = Respond(effect.request_id, PIECE_OK + data) if data is not None else Respond(
                     effect.request_id, error="not-found")
-                self.counters["shards-served" if data is not None else "shards-missing"] += 1
+                self.counters["pieces-served" if data is not None else "pieces-missing"] += 1
                 slot.owes_sent = True  # handle_request tells the core once the answer is written
                 slot.event.set()
             else:  # the asker's handler gave up waiting: nothing will be written

@@ -143,6 +143,7 @@ def _manifest_from_json(m: dict) -> dict:
     for key in ("root", "parent_root"):
         out[key] = bytes.fromhex(out.get(key) or "")
     out["shard_hashes"] = tuple(bytes.fromhex(h) for h in out["shard_hashes"])
+    out["piece_hashes"] = tuple(bytes.fromhex(h) for h in out.get("piece_hashes", ()))
     out["tensors"] = tuple((t[0], t[1], tuple(t[2]), bytes.fromhex(t[3])) for t in out.get("tensors", ()))
     return out
 

@@ -29,6 +29,7 @@ from node.procs import start_peer, stop_processes
 from node.records import read_records
 
 SHARD = 1 << 20
+PIECE = 256 << 10  # the trainer's default (trainer/weights/pack.py)
 
 
 def _hash(data: bytes) -> bytes:
@@ -49,7 +50,8 @@ def _wait(what: str, cond, timeout: float, every: float = 0.2):
 
 
 def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout: float = 300.0,
-                  shard_size: int = SHARD, base_port: int = 0, upload_mbps: float | None = None) -> dict:
+                  shard_size: int = SHARD, base_port: int = 0, upload_mbps: float | None = None,
+                  piece_size: int = PIECE) -> dict:
     if mode not in ("swarm", "star"):
         raise ValueError("mode is 'swarm' or 'star'")
     shutil.rmtree(workdir, ignore_errors=True)
@@ -86,9 +88,11 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
             h = _hash(s)
             (seed_dir / "shards" / h.hex()).write_bytes(s)
             hashes.append(h)
+        pieces = [_hash(payload[i:i + piece_size]) for i in range(0, size, piece_size)]
         manifest = {"task_id": task_id, "version": 1, "parent_version": -1, "parent_root": "", "encoding": "full",
                     "dtype": "bf16", "root": _hash(b"bench" + b"".join(hashes)).hex(), "shard_size": shard_size,
                     "raw_size": size, "compressed_size": size, "shard_hashes": [h.hex() for h in hashes],
+                    "piece_size": piece_size, "piece_hashes": [h.hex() for h in pieces],
                     "tensors": [], "created_at": 0.0}
         t0 = time.time()
         call(seed_dir, "publish-version", {"manifest": manifest})
@@ -105,10 +109,11 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
             for f in (d / "shards").iterdir():
                 if not f.name.startswith("."):
                     assert _hash(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
-        served = {d.name: call(d, "status")["host"]["driver"].get("shards-served", 0) for d in dirs}
-        return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards), "upload_mbps": upload_mbps,
+        served = {d.name: call(d, "status")["host"]["driver"].get("pieces-served", 0) for d in dirs}
+        return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards), "pieces": len(pieces),
+                "upload_mbps": upload_mbps,
                 "reach_all_s": round(max(times.values()), 3), "per_peer_s": {k: round(v, 3) for k, v in sorted(times.items())},
-                "shards_served_by_peers": sum(served.values())}
+                "pieces_served_by_peers": sum(served.values())}
     finally:
         codes = stop_processes(procs)
         (workdir / "exit-codes.json").write_text(json.dumps(codes))

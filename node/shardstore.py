@@ -1,10 +1,10 @@
-"""The node's weight shards on disk, named by blake2b-256 and served on `/swarm/shard/1`.
+"""The node's weight shards on disk, named by blake2b-256, their pieces served on `/swarm/shard/2`.
 
 Same layout as blobs (one file per shard, hex name, atomic temp-file + rename writes), in its own
 directory `<data-dir>/shards`, which the trainer's job process writes too (trainer/versions.py).
 Nothing enters unverified (the core checked the hash against a signed manifest; `put` checks it
-again) and every read is re-hashed, so a rotten file is deleted and reported missing rather than
-served. Garbage collection keeps what the core still tracks and spares young files, which a job may
+again) and every read is re-hashed (a piece read against its own hash from the signed manifest), so a rotten
+file is deleted and reported missing rather than served. Garbage collection keeps what the core still tracks and spares young files, which a job may
 have written for a version the core has not heard of yet. A restarted node finds its shards here
 and resumes its downloads (`CheckShards` -> `present`).
 """
@@ -51,6 +51,22 @@ class ShardDir:
         if shard_hash(data) != digest:
             self.rotten += 1
             self._path(digest).unlink(missing_ok=True)
+            return None
+        return data
+
+    def get_piece(self, shard: bytes, digest: bytes, offset: int, length: int) -> bytes | None:
+        """`length` bytes at `offset` of stored shard `shard`, if they hash to `digest` (a piece)."""
+        if len(shard) != 32 or offset < 0 or length <= 0:
+            return None
+        try:
+            with open(self._path(shard), "rb") as fh:
+                fh.seek(offset)
+                data = fh.read(length)
+        except FileNotFoundError:
+            return None
+        if len(data) != length or shard_hash(data) != digest:
+            self.rotten += 1
+            self._path(shard).unlink(missing_ok=True)
             return None
         return data
 

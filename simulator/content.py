@@ -7,7 +7,7 @@ rollout batch's facts, a policy version's root), plus one `NodeStore` per peer w
 peer holds (its data dir: it survives a crash-and-restart of the same identity, like node/'s blob and
 shard directories).
 
-Bytes are made only when they travel (a `/swarm/blob/1` or `/swarm/shard/1` answer), so a transfer
+Bytes are made only when they travel (a `/swarm/blob/1` or `/swarm/shard/2` answer), so a transfer
 still costs its full length on the flow model and the receiving core still checks length and hash.
 Shard bytes are cached (bounded by total size) and the cache remembers each object's digest:
 `Content.hasher` is the memoised hash the simulator hands to every core's `ShardExchange`, so the
@@ -117,6 +117,27 @@ class Content:
             return None
         data = synth(r.label, r.size)
         self._put_cache(digest, data)
+        return data
+
+    def piece(self, shard: bytes, offset: int, length: int, digest: bytes | None = None) -> bytes | None:
+        """Bytes [offset, offset + length) of shard `shard` (a piece), or None if the shard cannot be
+        made. Cached under the piece's own hash (`digest` when the caller knows it), so every peer that
+        serves or receives it shares one object and `hasher` finds it memoised."""
+        if digest is not None:
+            data = self._cache.get(bytes(digest))
+            if data is not None and len(data) == length:
+                self._cache.move_to_end(bytes(digest))
+                return data
+        whole = self.data(shard)
+        if whole is None or offset + length > len(whole):
+            return None
+        data = whole[offset:offset + length] if (offset, length) != (0, len(whole)) else whole
+        if data is not whole:
+            actual = blake2b256(data)
+            self.hashed_bytes += length
+            if actual in self._cache and len(self._cache[actual]) == length:
+                return self._cache[actual]
+            self._put_cache(actual, data)
         return data
 
     def _put_cache(self, digest: bytes, data: bytes) -> None:

@@ -45,6 +45,7 @@ GENERATING_CHEATS = ("other-model", "inflated-reward", "cherry-pick")
 CHEATS = GENERATING_CHEATS + ("lying-validator",)
 CHERRY_POOL = 256  # cherry-pick takes the easiest prompts of a fixed pool, like trainer/cheats.py
 DEFAULT_SHARD_SIZE = 1 << 20  # trainer/versions.py
+DEFAULT_PIECE_SIZE = 256 << 10  # trainer/weights/pack.py, where it divides the shard size
 DEFAULT_FULL_EVERY = 8
 TOKENS_PER_SAMPLE = (8, 24)
 
@@ -111,6 +112,10 @@ class RoleJobs:
              parent_depth: int = 0) -> tuple[jobs.VersionResult, tuple[bytes, ...]]:
         """A version packed into virtual shards: (its VersionResult with manifest fields, shard digests)."""
         shard_size = _int_param(task.params, "shard_size", DEFAULT_SHARD_SIZE, 256, 64 << 20)
+        default_piece = DEFAULT_PIECE_SIZE if shard_size % DEFAULT_PIECE_SIZE == 0 else shard_size
+        piece_size = _int_param(task.params, "piece_size", default_piece, 256, shard_size)
+        if shard_size % piece_size:
+            piece_size = shard_size  # trainer/versions.py refuses such a task; the cost model just ignores it
         full_every = _int_param(task.params, "full_every", DEFAULT_FULL_EVERY, 1, 1 << 20)
         delta = bool(parent_root) and parent_depth + 1 < full_every
         full_size = self.sizes[jobs.INIT]
@@ -120,6 +125,9 @@ class RoleJobs:
         hashes = tuple(self.content.make(label_of(seed, *encoding, "shard", i),
                                          shard_size if i < n - 1 else size - shard_size * (n - 1), keep=True)
                        for i in range(n))
+        pieces = tuple(self.content.hasher(self.content.piece(h, offset, min(piece_size, length - offset)))
+                       for h, length in ((h, self.content.size(h)) for h in hashes)
+                       for offset in range(0, length, piece_size))
         root = label_of("sim-root", seed, *encoding, *hashes)
         raw_size = 2 * full_size
         tensor_hash = label_of("sim-tensor", seed)
@@ -127,7 +135,7 @@ class RoleJobs:
         self.content.name(root, 0, weights)  # which weights a root rebuilds to (unpack checks a delta's parent)
         manifest = {"parent_root": bytes(parent_root) if delta else b"", "encoding": "delta" if delta else "full",
                     "dtype": "bf16", "root": root, "shard_size": shard_size, "raw_size": raw_size,
-                    "compressed_size": size, "shard_hashes": hashes,
+                    "compressed_size": size, "shard_hashes": hashes, "piece_size": piece_size, "piece_hashes": pieces,
                     "tensors": (("sim.weights", "bf16", (raw_size // 2,), tensor_hash),),
                     "delta_op": "sub" if delta else "", "depth": parent_depth + 1 if delta else 0, "shuffle": True}
         return jobs.VersionResult(version, weights, raw_size, {}, manifest), hashes

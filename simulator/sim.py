@@ -512,7 +512,9 @@ class Simulation:
     def _do_respond_shard(self, j: int, e: RespondShard) -> None:
         node = self.nodes[j]
         req = node.served.pop(e.request_id, None)
-        data = self.content.data(e.digest) if node.store.has_shard(e.digest) else None
+        data = e.data  # a piece of a shard this peer is still fetching (the core checked it)
+        if data is None and node.store.has_shard(e.shard):
+            data = self.content.piece(e.shard, e.offset, e.length, e.digest)
         data, error = (b"", "not-found") if data is None else (data, None)
         if node.behaviour is not None and data:
             data, error = node.behaviour.serve_shard(self, node, data)

@@ -32,6 +32,7 @@ import math
 from dataclasses import dataclass
 
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
+from swarm.pieces import Layout
 from swarm.rng import Rng, stable_seed
 
 REQUEST_BYTES = 36 + 200  # the request plus stream overhead (like simulator/sim.py's STREAM_OVERHEAD)
@@ -42,28 +43,25 @@ class SwarmingConfig:
     peers: int = 100  # downloaders (the trainer is one more)
     size_mb: float = 50.0  # compressed version, 1e6 bytes
     shard_mb: float = 1.0  # shard size, MiB
+    piece_kib: float = 256.0  # piece size, KiB (the unit peers request and relay; divides the shard size)
     mbps: float = 50.0  # each peer's uplink and downlink, Mbit/s
     latency_ms: float = 50.0  # one way
     degree: int = 16  # links per peer in the swarm
     mode: str = "swarm"  # "swarm" or "star"
-    # exchange settings: ExchangeConfig's defaults (the node's), the best of sweeps at 100 peers (per_peer
-    # 1-2, in flight 1-32, slots 1-32, upload queue 0-32, have interval 0-0.5 s, 0.25-1 MiB shards, degree
-    # 16-32): one request per source at a time, eight from different sources, eight upload slots, no upload
-    # queue (a peer whose slots are full answers "busy" at once and the asker turns to another holder:
-    # 2.03x -> 1.79x at 100 peers, 1 MiB), haves batched for 0.1 s. Neither latency (1 ms: 2.0x) nor have
-    # batching (0 s: 2.05x, 0.25 s: 1.79x, 0.5 s: 1.85x; at 1,000 peers 0.25 s: 2.14x, 0.1 s: 2.03x) is
-    # what costs at 1 MiB: it is how long one shard takes per hop while links are shared (1 MiB at 1/8 of
-    # 50 Mbit/s is 1.3 s; a shard the origin sends last needs ~log2(N) hops). Also slower, at 100 peers:
-    # 2-4 upload slots (1.85-2.14x), 2-4 requests in flight with 1-2 slots (2.0-2.7x), upload queues
-    # served rarest first (1.9-2.5x), an origin with 1-4 slots while the others keep 8 (2.0-3.3x: its one
-    # flow still gets only 1/8 of a receiver's downlink), a "busy" peer skipped for every shard for
-    # 0.2-0.5 s (1.85x). Smaller shards shorten the hops: 512 KiB 1.62x, 256 KiB 1.59x at 100 (1.45x with
-    # max_in_flight 16), at 2-4x the events. With links shared max-min fairly (this module's model since
-    # it replaced min(up / n_out, down / n_in)) the figures barely move: 1.707x at 100 peers (was 1.721x),
-    # 1.963x at 1,000 (1.965x); 1-2 upload slots stay slower (2.67x / 2.02x at 100), so idle capacity
-    # at one end of a flow was not what held them back.
+    # exchange settings: ExchangeConfig's defaults (the node's). What sets the ratio is how long one
+    # unit takes per hop while links are shared: whole 1 MiB shards (one request per source, eight in
+    # flight, eight upload slots, no upload queue, haves batched for 0.1 s: the best of sweeps over each)
+    # reached 95% of 100 peers at 1.707x size/bandwidth and of 1,000 at 1.963x, whatever the latency
+    # (1 ms: 2.0x) or have batching (0-0.5 s); a unit the origin sends last needs ~log2(N) hops. Pieces
+    # (256 KiB of 1 MiB shards, relayed before their shard is complete), 16 in flight, 64 open shards:
+    # 1.327x at 100, 1.459x at 1,000. Sweeps at 100 peers from there: 128 KiB pieces 1.292x (1,000:
+    # 1.391x, at 1.6x the events), 512 KiB 1.474x, whole shards 1.782x; 8 in flight 1.442x, 32 1.32x;
+    # 4 upload slots 1.456x, 16 1.40x; 32 open shards 1.393x, 16 1.495x; finishing started shards
+    # first (strict priority) 1.60x. 256 KiB whole shards with the old shard-level exchange: 1.344x at
+    # 100, 1.446x at 1,000 (pieces keep 1 MiB files and 4x fewer hashes to store and unpack).
     per_peer: int = ExchangeConfig.per_peer
     max_in_flight: int = ExchangeConfig.max_in_flight
+    open_shards: int = ExchangeConfig.open_shards
     have_interval: float = ExchangeConfig.have_interval
     spread: int = ExchangeConfig.spread  # the origin's super-seeding
     upload_slots: int = ExchangeConfig.upload_slots
@@ -169,14 +167,21 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     rng = Rng(stable_seed("swarming", cfg.seed))
     n = cfg.peers + 1  # peer 0 is the trainer
     shard = int(cfg.shard_mb * (1 << 20))
+    piece = int(cfg.piece_kib * 1024)
     size = int(cfg.size_mb * 1e6)
     count = math.ceil(size / shard)
     sizes = tuple(shard if i < count - 1 else size - shard * (count - 1) for i in range(count))
-    blobs = [bytes([i % 256]) * s for i, s in enumerate(sizes)]  # one object per shard, shared by all peers
-    digests = {id(b): hashlib.blake2b(b, digest_size=32).digest() for b in blobs}
+    layout = Layout(sizes, piece)
+    # one bytes object per piece, shared by every peer that holds it, so the memoised hasher hashes it once
+    pieces = [bytes([i % 256]) * layout.length(i) for i in range(layout.pieces)]
+    piece_digests = [hashlib.blake2b(b, digest_size=32).digest() for b in pieces]
+    digests = {id(b): d for b, d in zip(pieces, piece_digests)}
+    by_digest = dict(zip(piece_digests, pieces))
     hasher = lambda data: digests.get(id(data)) or hashlib.blake2b(data, digest_size=32).digest()  # noqa: E731
-    want = Want(hashlib.blake2b(b"version", digest_size=32).digest(), "0" * 16, 1,
-                tuple(digests[id(b)] for b in blobs), sizes)
+    shard_digests = tuple(hashlib.blake2b(b"".join(pieces[p] for p in layout.pieces_of(s)), digest_size=32).digest()
+                          for s in range(count))
+    want = Want(hashlib.blake2b(b"version", digest_size=32).digest(), "0" * 16, 1, shard_digests, sizes, piece,
+                tuple(piece_digests))
     star = cfg.mode == "star"
     xcfg = exchange_config(cfg)
     links = _graph(n, cfg.degree, rng) if not star else [set(range(1, n))] + [{0} for _ in range(1, n)]
@@ -184,7 +189,7 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     lat = cfg.latency_ms / 1000.0
     net = _Net(n, cfg.mbps * 1e6 / 8)
     ex = [ShardExchange(Rng(stable_seed("swarming", cfg.seed, i)), xcfg, hasher) for i in range(n)]
-    stores: list[dict] = [dict() for _ in range(n)]
+    stores: list[set] = [set() for _ in range(n)]  # shard digests each peer has stored
     done_at: dict[int, float] = {}
     waiting: dict[int, tuple] = {}  # upload token -> (client, root, index)
     tick_at: dict[int, float] = {}
@@ -197,7 +202,7 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
                 counts["requests"] += 1
                 net.at(net.now + lat, arrive, i, a.peer, a.root, a.index)
             elif isinstance(a, Store):
-                stores[i][a.digest] = a.data
+                stores[i].add(a.digest)
             elif isinstance(a, Check):
                 carry(i, ex[i].on_present(net.now, a.root, frozenset(d for d in a.digests if d in stores[i])))
             elif isinstance(a, Announce):
@@ -225,14 +230,17 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
         counts["uploads"] += 1
         token = counts["uploads"]
         waiting[token] = (client, root, index)
-        digest, why = (ex[server].serve(root, index, net.now, token) if (server == 0 or not star)
-                       else (None, "not-found"))
+        serving, why = (ex[server].serve(root, index, net.now, token) if (server == 0 or not star)
+                        else (None, "not-found"))
         if why != "queued":
-            upload(server, token, digest, why)
+            upload(server, token, serving, why)
 
-    def upload(server, token, digest, why=""):
+    def upload(server, token, serving, why=""):
         client, root, index = waiting.pop(token)
-        data = stores[server].get(digest) if digest is not None else None
+        data = None
+        if serving is not None:
+            data = serving.data if serving.data is not None else (
+                by_digest[serving.digest] if serving.shard in stores[server] else None)
         if data is None:
             net.at(net.now + lat, answer, client, server, root, index, b"", why or "not-found")
             return
@@ -255,7 +263,7 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     for i in range(n):
         for j in sorted(links[i]):
             ex[i].on_connected(0.0, j)
-    stores[0] = {digests[id(b)]: b for b in blobs}
+    stores[0] = set(shard_digests)
     carry(0, ex[0].add(0.0, want, held=True))
     for i in range(1, n):
         net.at(hops[i] * lat, manifest, i)
@@ -264,21 +272,25 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     bound = size * 8 / (cfg.mbps * 1e6)
     reach = times[target - 1] if len(times) >= target else None
     return {"mode": cfg.mode, "peers": cfg.peers, "size_mb": cfg.size_mb, "shard_mib": cfg.shard_mb,
-            "shards": count, "mbps": cfg.mbps, "latency_ms": cfg.latency_ms,
+            "shards": count, "piece_kib": cfg.piece_kib, "pieces": layout.pieces, "mbps": cfg.mbps, "latency_ms": cfg.latency_ms,
             "degree": cfg.degree if not star else None, "lower_bound_s": round(bound, 3),
             "reach_95_s": None if reach is None else round(reach, 3),
             "ratio_95": None if reach is None else round(reach / bound, 3),
             "reach_all_s": round(times[-1], 3) if len(times) == cfg.peers else None,
             "completed": len(times), "requests": counts["requests"],
-            "trainer_upload_x": round(counts["served_by_trainer"] / count, 2),
+            "trainer_upload_x": round(counts["served_by_trainer"] / layout.pieces, 2),
             "bytes_moved_x": round(counts["bytes"] / size, 2), "announces": counts["announces"]}
 
 
 def exchange_config(cfg: SwarmingConfig) -> ExchangeConfig:
     """The exchange every simulated peer runs: the node's defaults with `cfg`'s settings; in the star,
-    no timeouts (an HTTP client waits for a slow origin), no super-seeding and no upload slots."""
+    no timeouts (an HTTP client waits for a slow origin), no super-seeding, no upload slots, and four
+    requests in flight to the origin (an HTTP download streams: with one piece at a time each client's
+    share of the origin would idle a round trip per piece, 14x instead of 12x for 12 peers)."""
     star = cfg.mode == "star"
-    return ExchangeConfig(per_peer=cfg.per_peer, max_in_flight=cfg.max_in_flight, have_interval=cfg.have_interval,
+    return ExchangeConfig(per_peer=max(cfg.per_peer, 4) if star else cfg.per_peer, max_in_flight=cfg.max_in_flight,
+                          open_shards=cfg.open_shards,
+                          have_interval=cfg.have_interval,
                           timeout=1e9 if star else ExchangeConfig.timeout, spread=-1 if star else cfg.spread,
                           upload_slots=0 if star else cfg.upload_slots, upload_queue=cfg.upload_queue)
 

@@ -501,6 +501,7 @@ class PeerCore:
             return [CommandResult(cmd.command_id, False, error="not a trainer of that task")]
         fields["tensors"] = tuple(t if isinstance(t, TensorEntry) else TensorEntry(*t) for t in fields.get("tensors", ()))
         fields["shard_hashes"] = tuple(bytes(h) for h in fields["shard_hashes"])
+        fields["piece_hashes"] = tuple(bytes(h) for h in fields.get("piece_hashes", ()))
         manifest = WeightManifest(**{**fields, "created_at": now})
         effects = self.shards.seed(now, manifest, self)
         effects += self._publish(now, topics.task_topic(task_id, "weights"), manifest)

@@ -197,19 +197,30 @@ class DropBlobs:
 
 @dataclass(frozen=True)
 class StoreShard:
-    """Keep this weight shard (the core checked its length and hash against a signed manifest)."""
+    """Keep this weight shard: `parts` joined (its pieces, each checked against a signed manifest);
+    the runtime checks the whole against `digest` before it writes, so a lying manifest stores nothing."""
 
     digest: bytes
-    data: bytes
+    parts: tuple[bytes, ...]
+
+    @property
+    def data(self) -> bytes:
+        return self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
 
 
 @dataclass(frozen=True)
 class RespondShard:
-    """Answer request `request_id` with the stored shard `digest` (re-hashed on read; missing or
-    rotten: the error "not-found"); a runtime that can tells the core when it is sent (`ShardSent`)."""
+    """Answer piece request `request_id` with `data` when given (a piece of a shard still being
+    fetched, checked on arrival), else with `length` bytes at `offset` of the stored shard `shard`,
+    re-hashed on read against `digest` (the piece's hash; missing or rotten: the error "not-found").
+    A runtime that can tells the core when it is sent (`ShardSent`)."""
 
     request_id: int
     digest: bytes
+    shard: bytes = b""
+    offset: int = 0
+    length: int = 0
+    data: bytes | None = None
 
 
 @dataclass(frozen=True)

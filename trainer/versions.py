@@ -11,8 +11,9 @@ carried dtype and widened back to float32. `published_blob` writes that form as 
 the trainer uses it too (for its verify jobs), so the trainer checks rollouts against exactly the
 weights workers generated with; its own optimizer keeps the full-precision master weights.
 
-Task params: `shard_size` (bytes, default 1 MiB), `full_every` (default 8), `weights_dtype`
-("bf16", "fp16" or "fp32"; default "bf16").
+Task params: `shard_size` (bytes, default 1 MiB), `piece_size` (bytes, a divisor of `shard_size`:
+what peers request and relay one by one; default 256 KiB where it divides `shard_size`, else the
+shard), `full_every` (default 8), `weights_dtype` ("bf16", "fp16" or "fp32"; default "bf16").
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from gossip.messages import WeightManifest
 from swarm import jobs
 from trainer.blobdir import BlobDir
 from trainer.taskconfig import ParamError, int_param
-from trainer.weights import WeightsError, pack_version, unpack_version
-from trainer.weights.manifest import FORMAT
+from trainer.weights import WeightsError, default_piece_size, pack_version, unpack_version
+from trainer.weights.manifest import FORMAT, MIN_PIECE_SIZE
 from trainer.weights.tensors import CARRY_DTYPES, carried
 
 DEFAULT_SHARD_SIZE = 1 << 20
@@ -73,13 +74,17 @@ def published_blob(tensors: dict[str, torch.Tensor], dtype: str) -> bytes:
     return save(out, metadata={"format": "pt"})
 
 
-def pack_settings(params) -> tuple[int, int, str]:
-    shard_size = int_param(params, "shard_size", DEFAULT_SHARD_SIZE, lo=256)
+def pack_settings(params) -> tuple[int, int, int, str]:
+    """(shard_size, piece_size, full_every, dtype) from task params."""
+    shard_size = min(int_param(params, "shard_size", DEFAULT_SHARD_SIZE, lo=256), 64 << 20)
+    piece_size = int_param(params, "piece_size", default_piece_size(shard_size), lo=MIN_PIECE_SIZE)
+    if shard_size % piece_size:
+        raise ParamError(f"task param piece_size ({piece_size}) must divide shard_size ({shard_size})")
     full_every = int_param(params, "full_every", DEFAULT_FULL_EVERY, lo=1)
     dtype = params.get("weights_dtype", "bf16")
     if dtype not in CARRY_DTYPES:
         raise ParamError(f"task param weights_dtype must be one of {CARRY_DTYPES}, got {dtype!r}")
-    return min(shard_size, 64 << 20), full_every, dtype
+    return shard_size, piece_size, full_every, dtype
 
 
 class Versions:
@@ -95,7 +100,7 @@ class Versions:
     def publish(self, task: jobs.TaskSpec, tensors: dict[str, torch.Tensor], parent_weights: bytes = b"",
                 parent_root: bytes = b"", parent_depth: int = 0) -> tuple[bytes, int, dict]:
         """Pack `tensors` (float32 master weights) as the next version: (blob hash, size, manifest fields)."""
-        shard_size, full_every, dtype = pack_settings(task.params)
+        shard_size, piece_size, full_every, dtype = pack_settings(task.params)
         parent = None
         if parent_root:
             last = self._last.get(task.task_id)
@@ -103,7 +108,7 @@ class Versions:
                 parent = last[1]
             elif parent_weights and self.blobs.path(parent_weights).exists():
                 parent = state_of_blob(self.blobs.read(parent_weights, "parent weights"))
-        packed = pack_version(tensors, parent, shard_size=shard_size, dtype=dtype,
+        packed = pack_version(tensors, parent, shard_size=shard_size, piece_size=piece_size, dtype=dtype,
                               parent_root=bytes(parent_root) if parent is not None else None,
                               parent_depth=parent_depth, full_every=full_every)
         for shard in packed.shards:
@@ -167,6 +172,7 @@ def message_fields(packed) -> dict:
     return {"parent_root": packed.parent_root or b"", "encoding": packed.encoding, "dtype": packed.dtype,
             "root": packed.root, "shard_size": packed.shard_size, "raw_size": packed.raw_size,
             "compressed_size": packed.compressed_size, "shard_hashes": tuple(packed.shard_hashes),
+            "piece_size": packed.piece_size, "piece_hashes": tuple(packed.piece_hashes),
             "tensors": tuple((t.name, t.dtype, tuple(t.shape), t.hash) for t in packed.tensors),
             "delta_op": packed.delta_op or "", "depth": packed.depth, "shuffle": packed.shuffle}
 
@@ -177,4 +183,5 @@ def manifest_fields(m: WeightManifest) -> dict:
             "parent_root": m.parent_root or None, "depth": m.depth, "dtype": m.dtype, "shuffle": m.shuffle,
             "shard_size": m.shard_size, "raw_size": m.raw_size, "compressed_size": m.compressed_size,
             "tensors": [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape), "hash": t.hash} for t in m.tensors],
-            "shard_hashes": list(m.shard_hashes), "root": m.root}
+            "shard_hashes": list(m.shard_hashes), "piece_size": m.piece_size,
+            "piece_hashes": list(m.piece_hashes), "root": m.root}

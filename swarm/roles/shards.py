@@ -1,7 +1,8 @@
 """The core's side of the shard exchange: `swarm.exchange` decisions turned into effects.
 
-Every peer has one (`core.shards`), whatever its roles: it serves the shards it holds on
-`/swarm/shard/1`, publishes `ShardHave` bitmaps on the task's weights topic, fetches what a follower
+Every peer has one (`core.shards`), whatever its roles: it serves the pieces it holds on
+`/swarm/shard/2` (swarm/pieces.py: of stored shards from disk, of shards still being fetched from
+memory), publishes `ShardHave` piece bitmaps on the task's weights topic, fetches what a follower
 (worker, validator) or anyone else asked for, and blames peers that serve bad bytes through the
 reputation ledger. Owners (a `PolicyFollower`, the trainer) register the versions they need with
 `want` / `seed` and `release` them when they are old; a released version's shards are garbage-
@@ -14,8 +15,8 @@ from gossip import errors, topics
 from gossip.errors import Rejected
 from gossip.messages import ShardHave, WeightManifest
 from swarm import protocols
-from swarm.exchange import (Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want,
-                            decode_request, encode_request)
+from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
+from swarm.pieces import decode_request, encode_request
 from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
 from swarm.roles.base import Role
 
@@ -26,7 +27,7 @@ DIAL_PENDING = 30.0  # a holder dial that has not connected after this long no l
 def want_of(msg: WeightManifest) -> Want:
     n = len(msg.shard_hashes)
     return Want(msg.root, msg.task_id, msg.version, tuple(msg.shard_hashes),
-                tuple(msg.shard_length(i) for i in range(n)))
+                tuple(msg.shard_length(i) for i in range(n)), msg.piece_size, tuple(msg.piece_hashes))
 
 
 class ShardsRole(Role):
@@ -112,18 +113,18 @@ class ShardsRole(Role):
         if not self.serves:
             self.refused += 1
             return [Respond(request_id, error="not-found")]
-        digest, why = self.exchange.serve(root, index, now, token=request_id)
+        serve, why = self.exchange.serve(root, index, now, token=request_id)
         if why == "queued":
             return []  # answered when an upload slot frees (on_sent)
-        if digest is None:
+        if serve is None:
             self.refused += 1
             return [Respond(request_id, error=why)]
         self.served += 1
-        return [RespondShard(request_id, digest)]
+        return [_respond(request_id, serve)]
 
     def on_sent(self, now: float, request_id: int) -> list:
-        return [RespondShard(t, d) if d is not None else Respond(t, error="not-found")
-                for t, d in self.exchange.upload_done(request_id, now)]
+        return [_respond(t, s) if s is not None else Respond(t, error="not-found")
+                for t, s in self.exchange.upload_done(request_id, now)]
 
     def on_response(self, now, tag, response) -> list:
         root, index = tag
@@ -184,7 +185,7 @@ class ShardsRole(Role):
                 effects.append(self.core.new_request(now, self, (a.root, a.index), a.peer, protocols.SHARD,
                                                      encode_request(a.root, a.index), timeout=a.timeout))
             elif isinstance(a, Store):
-                effects.append(StoreShard(a.digest, a.data))
+                effects.append(StoreShard(a.digest, a.parts))
             elif isinstance(a, Check):
                 effects.append(CheckShards(a.root, a.digests))
             elif isinstance(a, Announce):
@@ -197,7 +198,8 @@ class ShardsRole(Role):
                 d = self.exchange.downloads.get(a.root)
                 if d is not None:
                     effects.append(Emit("shards-complete", {"task_id": d.want.task_id, "version": d.want.version,
-                                                            "shards": d.n, "bytes_in": d.bytes_in,
+                                                            "shards": d.layout.shards, "pieces": d.n,
+                                                            "bytes_in": d.bytes_in,
                                                             "seconds": round(now - d.started, 3)}))
                 for owner in self.waiting.pop(a.root, []):
                     effects += owner.on_shards_done(now, a.root)
@@ -216,3 +218,7 @@ class ShardsRole(Role):
 
     def snapshot(self, now: float) -> list[dict]:
         return self.exchange.snapshot(now)
+
+
+def _respond(request_id: int, serve) -> RespondShard:
+    return RespondShard(request_id, serve.digest, serve.shard, serve.offset, serve.length, serve.data)

@@ -330,6 +330,7 @@ def _manifest(now: float, state: TrainerTask, result: jobs.VersionResult) -> Wei
         raise ValueError("the job returned no manifest")
     fields["tensors"] = tuple(t if isinstance(t, TensorEntry) else TensorEntry(*t) for t in fields["tensors"])
     fields["shard_hashes"] = tuple(fields["shard_hashes"])
+    fields["piece_hashes"] = tuple(fields.get("piece_hashes", ()))
     parent = -1
     if fields["encoding"] == "delta":
         parent = result.version - 1

@@ -39,3 +39,27 @@ def test_stale_temp_files_of_a_killed_writer_are_removed(tmp_path):
     os.utime(stale, (then, then))
     store.drop([])
     assert not stale.exists() and fresh.exists()
+
+
+def test_a_piece_is_read_from_its_stored_shard_and_checked(tmp_path):
+    """Pieces of stored shards are served from disk by offset; a piece that no longer hashes to the
+    signed manifest's (a rotten file) is not served, and the shard is deleted so it is fetched again."""
+    import hashlib
+
+    from node.shardstore import ShardDir
+
+    def h(data):
+        return hashlib.blake2b(data, digest_size=32).digest()
+
+    shards = ShardDir(tmp_path / "shards")
+    shard = bytes(range(256)) * 4
+    assert shards.put(h(shard), shard) and not shards.put(h(b"other"), shard)
+    assert shards.get_piece(h(shard), h(shard[256:512]), 256, 256) == shard[256:512]
+    assert shards.get_piece(h(b"absent"), h(shard[:256]), 0, 256) is None
+    path = tmp_path / "shards" / h(shard).hex()
+    path.write_bytes(shard[:300] + b"\xff" + shard[301:])  # a bit of piece 1 rots on disk
+    assert shards.get_piece(h(shard), h(shard[:256]), 0, 256) == shard[:256], "piece 0 is intact"
+    assert shards.get_piece(h(shard), h(shard[256:512]), 256, 256) is None
+    assert not path.exists() and shards.rotten == 1
+    assert shards.put(h(shard), shard)
+    assert shards.get_piece(h(shard), h(shard[768:]), 768, 300) is None, "shorter than asked: refused"

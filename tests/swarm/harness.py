@@ -19,6 +19,9 @@ from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, DropBlobs,
 
 
 FAKE_SHARD = 256
+# One piece a shard: MemoryNet delivers every answer after the same delay whatever its size, so
+# smaller pieces would only add round trips; tests that exercise pieces monkeypatch it (64: four a shard).
+FAKE_PIECE = FAKE_SHARD
 
 
 def fake_packed_version(version: int, blob: bytes, stats=None):
@@ -33,7 +36,8 @@ def fake_packed_version(version: int, blob: bytes, stats=None):
     shards = [payload[i:i + FAKE_SHARD] for i in range(0, len(payload), FAKE_SHARD)]
     manifest = {"parent_root": b"", "encoding": "full", "dtype": "bf16", "root": h(b"root" + payload),
                 "shard_size": FAKE_SHARD, "raw_size": len(payload), "compressed_size": len(payload),
-                "shard_hashes": tuple(h(s) for s in shards), "tensors": ()}
+                "shard_hashes": tuple(h(s) for s in shards), "tensors": (), "piece_size": FAKE_PIECE,
+                "piece_hashes": tuple(h(payload[i:i + FAKE_PIECE]) for i in range(0, len(payload), FAKE_PIECE))}
     produced = {h(blob): blob, **{h(s): s for s in shards}}
     return True, jobs.VersionResult(version, h(blob), len(blob), stats or {}, manifest), "", produced
 
@@ -67,6 +71,8 @@ class MemoryNet:
         self.blobs: dict[str, dict[bytes, bytes]] = {p: {} for p in self.cores}
         self.shards: dict[str, dict[bytes, bytes]] = {p: {} for p in self.cores}  # survive a stop/start (disk)
         self.serve_hook = None  # optional fn(server, digest, data) -> bytes | None: what a server really sends
+        self.check_reads = True  # a piece read from a stored shard is re-hashed (node/shardstore.py); off: a
+        # runtime that serves whatever its disk holds, so only the asker's checks stand in the way
         self.jobs = None  # optional executor: fn(peer, RunJob) -> (ok, result, error, blobs produced)
         self.jobs_run: list[tuple[str, RunJob]] = []
         self.dropped_blobs: list[tuple[str, bytes]] = []
@@ -170,7 +176,13 @@ class MemoryNet:
                 del self.shards[peer][digest]
         elif isinstance(effect, RespondShard):
             client, rid, proto = self._requests.pop((peer, effect.request_id))
-            data = self.shards[peer].get(effect.digest)
+            data = effect.data  # a piece of a shard still being fetched (checked when it came)
+            if data is None:
+                shard = self.shards[peer].get(effect.shard)
+                data = None if shard is None else shard[effect.offset:effect.offset + effect.length]
+                if (self.check_reads and data is not None
+                        and hashlib.blake2b(data, digest_size=32).digest() != effect.digest):
+                    data = None  # what node/shardstore.py's get_piece does with a rotten file
             if self.serve_hook is not None:
                 data = self.serve_hook(peer, effect.digest, data)
                 if data is Ellipsis:  # the server never answers (the client's own timeout fires)

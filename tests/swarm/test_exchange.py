@@ -1,5 +1,8 @@
 """The shard exchange with no sockets: several `ShardExchange`s wired together in memory, then whole
-cores (MemoryNet) with a peer that corrupts, truncates or withholds shards, a restart and a gc."""
+cores (MemoryNet) with a peer that corrupts, truncates or withholds pieces, a restart and a gc.
+
+`WHOLE` is a version whose shards are their own pieces (index = shard: the simplest to reason about);
+`CUT` the same shards cut into 25-byte pieces (four a shard, two for the short last one)."""
 
 import hashlib
 
@@ -8,12 +11,13 @@ import pytest
 from gossip.identity import Identity
 from swarm import jobs, protocols
 from swarm.core import CoreConfig, PeerCore
-from swarm.exchange import (Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want,
-                            bitmap_of, decode_request, encode_request, mask_of)
+from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
+from swarm.pieces import bitmap_of, decode_request, encode_request, mask_of
 from swarm.io import LocalCommand, SendRequest
 from swarm.rng import Rng
 from tests.samples import T0, task
 from tests.swarm import test_roles
+from tests.swarm import harness
 from tests.swarm.harness import MemoryNet
 
 
@@ -22,14 +26,20 @@ def h(data: bytes) -> bytes:
 
 
 SHARDS = [bytes([i]) * (100 if i < 9 else 37) for i in range(10)]
-WANT = Want(h(b"root"), "t" * 16, 3, tuple(h(s) for s in SHARDS), tuple(len(s) for s in SHARDS))
+WANT = WHOLE = Want(h(b"root"), "t" * 16, 3, tuple(h(s) for s in SHARDS), tuple(len(s) for s in SHARDS))
+STREAM = b"".join(SHARDS)
+PIECES = [STREAM[i:i + 25] for i in range(0, len(STREAM), 25)]
+CUT = Want(h(b"cut"), "t" * 16, 4, WHOLE.hashes, WHOLE.sizes, 25, tuple(h(p) for p in PIECES))
 
 
 class Wire:
-    """Exchanges by name; each Fetch is answered by the server's `behaviour` after `delay` seconds."""
+    """Exchanges by name; each Fetch is answered, after 0.1 s, with what the server's exchange says to
+    serve (from its stored shards, or from memory for a shard it has not completed), unless the
+    server's `behaviour` says otherwise."""
 
-    def __init__(self, names, seeders, config=None):
+    def __init__(self, names, seeders, config=None, want=WHOLE):
         self.now = 0.0
+        self.want = want
         self.ex = {n: ShardExchange(Rng(i + 1), config or ExchangeConfig(timeout=2.0)) for i, n in enumerate(names)}
         self.stored = {n: {} for n in names}
         self.behaviour = {n: "honest" for n in names}
@@ -38,6 +48,7 @@ class Wire:
         self.done = set()
         self.max_load = {}
         self.asked = []
+        self.relayed_early = 0  # pieces served from a shard the server had not completed yet
         for n in names:
             for other in names:
                 if other != n:
@@ -45,9 +56,9 @@ class Wire:
         for n in names:
             if n in seeders:
                 self.stored[n] = {h(s): s for s in SHARDS}
-                self.run(n, self.ex[n].add(0.0, WANT, held=True))
+                self.run(n, self.ex[n].add(0.0, want, held=True))
             else:
-                self.run(n, self.ex[n].add(0.0, WANT))
+                self.run(n, self.ex[n].add(0.0, want))
 
     def run(self, peer, actions):
         for a in actions:
@@ -63,8 +74,9 @@ class Wire:
                 flying = sum(1 for _, _, c, s, _ in self.queue if (c, s) == (peer, a.peer))
                 self.max_load[(peer, a.peer)] = max(self.max_load.get((peer, a.peer), 0), flying)
             elif isinstance(a, Store):
-                assert h(a.data) == a.digest == WANT.hashes[a.index]
-                self.stored[peer][a.digest] = a.data
+                data = b"".join(a.parts)
+                assert h(data) == a.digest == self.want.hashes[a.index] == h(SHARDS[a.index])
+                self.stored[peer][a.digest] = data
             elif isinstance(a, Blame):
                 self.blamed.append((peer, a.peer, a.reason))
             elif isinstance(a, Done):
@@ -82,19 +94,27 @@ class Wire:
         self.queue.sort()
         at, _, client, server, index = self.queue.pop(0)
         self.now = max(self.now, at)
-        data, error = self.stored[server].get(WANT.hashes[index]), None
+        serving, error = self.ex[server].serve(self.want.root, index, self.now)
+        data = b""
+        if serving is not None:
+            error = None
+            if serving.data is not None:
+                data = serving.data
+                self.relayed_early += 1
+            else:
+                data = self.stored[server][serving.shard][serving.offset:serving.offset + serving.length]
         how = self.behaviour[server]
         if how == "silent":
             for n, ex in self.ex.items():
                 self.run(n, ex.on_tick(self.now))
             return True
-        if data is None or how == "withhold":
-            data, error = b"", "not-found"
+        if serving is None or how == "withhold":
+            data, error = b"", error or "not-found"
         elif how == "corrupt":
             data = bytes([data[0] ^ 0xFF]) + data[1:]
         elif how == "truncate":
             data = data[:-1]
-        self.run(client, self.ex[client].on_response(self.now, server, WANT.root, index, data, error))
+        self.run(client, self.ex[client].on_response(self.now, server, self.want.root, index, data, error))
         return True
 
     def settle(self, limit=5000):
@@ -128,7 +148,8 @@ def test_everyone_gets_every_shard_from_several_peers_within_bounds():
 
 
 def test_rarest_first():
-    ex = ShardExchange(Rng(3), ExchangeConfig(per_peer=1, max_in_flight=1))
+    """Each free holder is asked for the rarest piece it holds: z for the one only z has."""
+    ex = ShardExchange(Rng(3), ExchangeConfig(per_peer=1, max_in_flight=3))
     for p in ("x", "y", "z"):
         ex.on_connected(0.0, p)
     ex.add(0.0, WANT)
@@ -137,7 +158,9 @@ def test_rarest_first():
     ex.on_have(0.0, "y", WANT.root, bitmap_of(full & ~rare, 10))
     ex.on_have(0.0, "z", WANT.root, bitmap_of(full, 10))
     actions = ex.on_present(0.0, WANT.root, frozenset())
-    assert [(a.peer, a.index) for a in actions if isinstance(a, Fetch)] == [("z", 9)], "the rarest shard first"
+    fetches = {a.peer: a.index for a in actions if isinstance(a, Fetch)}
+    assert fetches["z"] == 9, "the rarest piece of the only peer that holds it"
+    assert set(fetches) == {"x", "y", "z"} and len(set(fetches.values())) == 3
 
 
 @pytest.mark.parametrize("how,reason", [("corrupt", "bad-shard"), ("truncate", "truncated"),
@@ -173,7 +196,8 @@ def test_a_download_resumes_from_what_is_already_stored():
 def test_keep_and_drop():
     ex = ShardExchange(Rng(1))
     ex.add(0.0, WANT, held=True)
-    assert ex.keep() == frozenset(WANT.hashes) and ex.serve(WANT.root, 3) == (WANT.hashes[3], "")
+    serving, why = ex.serve(WANT.root, 3)
+    assert ex.keep() == frozenset(WANT.hashes) and why == "" and serving.shard == WANT.hashes[3]
     ex.drop(WANT.root)
     assert ex.keep() == frozenset() and ex.serve(WANT.root, 3) == (None, "not-found")
 
@@ -181,12 +205,12 @@ def test_keep_and_drop():
 def test_an_origin_spreads_first_copies_before_repeats():
     ex = ShardExchange(Rng(1), ExchangeConfig(spread=1))
     ex.add(0.0, WANT, held=True)
-    assert ex.serve(WANT.root, 3)[0] == WANT.hashes[3]
+    assert ex.serve(WANT.root, 3)[0].shard == WANT.hashes[3]
     assert ex.serve(WANT.root, 3) == (None, "busy"), "shard 3 went out once; others not yet"
     for i in range(10):
         if i != 3:
-            assert ex.serve(WANT.root, i)[0] == WANT.hashes[i]
-    assert ex.serve(WANT.root, 3)[0] == WANT.hashes[3], "every shard out once: repeats allowed"
+            assert ex.serve(WANT.root, i)[0].shard == WANT.hashes[i]
+    assert ex.serve(WANT.root, 3)[0].shard == WANT.hashes[3], "every shard out once: repeats allowed"
     # a client told "busy" asks someone else, or the same peer again after a backoff, without blame
     client = ShardExchange(Rng(2), ExchangeConfig(per_peer=1, max_in_flight=1, busy_backoff=1.0))
     client.on_connected(0.0, "origin")
@@ -224,6 +248,74 @@ def test_the_endgame_doubles_only_a_late_request():
     out = ex.on_response(2.5, late[0].peer, WANT.root, late[0].index, SHARDS[late[0].index], None)
     assert Done(WANT.root) in out
 
+def test_pieces_are_relayed_before_their_shard_is_complete():
+    wire = Wire(["seed", "a", "b", "c", "d"], seeders={"seed"}, want=CUT)
+    wire.settle()
+    assert wire.done == {"a", "b", "c", "d"}
+    for peer in "abcd":
+        assert wire.stored[peer] == {h(s): s for s in SHARDS}, "every shard whole and checked in the store"
+        assert not wire.ex[peer].downloads[CUT.root].parts, "no piece left in memory"
+    assert wire.relayed_early, "a peer served a piece of a shard it had not completed"
+    assert {s for _, s, _ in wire.asked} - {"seed"}, "peers served each other"
+    assert not wire.blamed
+
+
+@pytest.mark.parametrize("how,reason", [("corrupt", "bad-shard"), ("truncate", "truncated")])
+def test_a_bad_piece_is_blamed_and_fetched_elsewhere(how, reason):
+    wire = Wire(["seed", "bad", "a"], seeders={"seed", "bad"}, config=ExchangeConfig(timeout=2.0, endgame=False),
+                want=CUT)
+    wire.behaviour["bad"] = how
+    wire.settle()
+    assert "a" in wire.done and wire.stored["a"] == {h(s): s for s in SHARDS}
+    assert ("a", "bad", reason) in wire.blamed
+    assert len([i for c, s, i in wire.asked if (c, s) == ("a", "bad")]) == 1
+
+
+def test_open_shards_bound_the_pieces_held_in_memory():
+    """At most `open_shards` shards are started and not complete, whatever the holders offer."""
+    wire = Wire(["seed", "p", "q", "a"], seeders={"seed", "p", "q"}, want=CUT,
+                config=ExchangeConfig(timeout=2.0, open_shards=2, max_in_flight=8, spread=-1))
+    d = wire.ex["a"].downloads[CUT.root]
+    widest = 0
+    for _ in range(5000):
+        open_now = set(d.parts) | {d.layout.shard_of(i) for i in d.in_flight}
+        widest = max(widest, len(open_now))
+        assert len(open_now) <= 2
+        if not wire.step():
+            break
+    assert "a" in wire.done and widest == 2
+
+
+def test_a_resumed_download_fetches_only_the_pieces_of_shards_not_stored():
+    ex = ShardExchange(Rng(9), ExchangeConfig())
+    ex.on_connected(0.0, "seed")
+    assert ex.add(0.0, CUT) == [Check(CUT.root, CUT.hashes)], "the store is asked by shard"
+    present = frozenset(CUT.hashes[:7])
+    actions = ex.on_present(0.0, CUT.root, present) + ex.on_have(0.0, "seed", CUT.root,
+                                                                 bitmap_of((1 << len(PIECES)) - 1, len(PIECES)))
+    (fetch,) = [a for a in actions if isinstance(a, Fetch)]  # one per source
+    assert fetch.index >= CUT.layout().pieces_of(7).start
+    (announce,) = [a for a in actions if isinstance(a, Announce)]
+    assert mask_of(announce.bitmap, len(PIECES)) == (1 << CUT.layout().pieces_of(7).start) - 1
+
+
+def test_serving_a_piece_of_a_stored_shard_and_of_an_open_one():
+    ex = ShardExchange(Rng(1), ExchangeConfig(spread=-1))
+    ex.on_connected(0.0, "seed")
+    ex.add(0.0, CUT)
+    ex.on_present(0.0, CUT.root, frozenset(CUT.hashes[:1]))
+    serving, _ = ex.serve(CUT.root, 2)  # shard 0 is stored: read from the store, checked there
+    assert (serving.shard, serving.offset, serving.length, serving.data) == (CUT.hashes[0], 50, 25, None)
+    assert serving.digest == h(PIECES[2])
+    assert ex.serve(CUT.root, 5) == (None, "not-found")
+    actions = ex.on_have(0.0, "seed", CUT.root, bitmap_of((1 << len(PIECES)) - 1, len(PIECES)))
+    index = next(a.index for a in actions if isinstance(a, Fetch))
+    out = ex.on_response(0.1, "seed", CUT.root, index, PIECES[index], None)
+    assert not [a for a in out if isinstance(a, Store)], "one piece of four: the shard is not complete"
+    serving, _ = ex.serve(CUT.root, index)
+    assert serving.data is PIECES[index] and serving.digest == h(PIECES[index])
+
+
 # ---------------------------------------------------------------- whole cores
 
 
@@ -255,7 +347,8 @@ def record_shard_requests(net):
     return sent
 
 
-def test_a_peer_serving_corrupt_shards_is_penalised_and_the_version_comes_from_another():
+def test_a_peer_serving_corrupt_pieces_is_penalised_and_the_version_comes_from_another(monkeypatch):
+    monkeypatch.setattr(harness, "FAKE_PIECE", 64)  # four pieces a shard, relayed before it is complete
     net, trainer, (relay, bad, late) = cores(3)
     sent = record_shard_requests(net)
     net.start()
@@ -307,7 +400,7 @@ def test_restart_resumes_and_old_versions_are_collected():
     assert fresh.snapshot(net.now)["work"]["worker"][task_id]["held_versions"]
     asked = [r for c, s, r in sent[before:] if c == worker.peer_id]
     for d in fresh.shards.exchange.downloads.values():
-        already = [i for i, k in enumerate(d.want.hashes) if k in stored]
+        already = {p for i, k in enumerate(d.want.hashes) if k in stored for p in d.layout.pieces_of(i)}
         assert not [r for r in asked if r[0] == d.want.root and r[1] in already], "stored shards are not fetched again"
 
 

@@ -39,8 +39,9 @@ def reshard(fields: dict, frame: bytes) -> tuple[dict, list[bytes]]:
     This is what a malicious *publisher* could do (it signs whatever root it likes), so the
     receiver's payload checks must hold even when every hash and the root are correct.
     """
-    size = fields["shard_size"]
+    size, piece = fields["shard_size"], fields["piece_size"]
     shards = [frame[i : i + size] for i in range(0, len(frame), size)]
-    out = dict(fields, compressed_size=len(frame), shard_hashes=[blake2b256(s) for s in shards])
+    out = dict(fields, compressed_size=len(frame), shard_hashes=[blake2b256(s) for s in shards],
+               piece_hashes=[blake2b256(frame[i : i + piece]) for i in range(0, len(frame), piece)])
     out["root"] = compute_root(out)
     return out, shards

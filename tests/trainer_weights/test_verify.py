@@ -23,6 +23,7 @@ from trainer.weights import (
     unpack_version,
     verify_shard,
 )
+from trainer.weights.manifest import blake2b256
 
 torch.set_num_threads(1)
 
@@ -84,6 +85,10 @@ def test_wrong_root_and_tampered_fields(packed):
         {"raw_size": 1 << 40},
         {"compressed_size": 1},
         {"shard_hashes": []},
+        {"piece_hashes": []},
+        {"piece_size": 1000},
+        {"piece_size": 2048},
+        {"piece_size": 128},
         {"depth": -1},
         {"shuffle": 1},
     ],
@@ -91,6 +96,29 @@ def test_wrong_root_and_tampered_fields(packed):
 def test_malformed_manifest_rejected(packed, change):
     with pytest.raises(ManifestError):
         unpack_version(dict(packed.manifest_fields(), **change), list(packed.shards))
+
+
+def test_pieces_cut_the_stream_and_their_hashes_are_bound_into_the_root():
+    """Pieces (what peers relay) are a uniform cut of the compressed stream inside the shards; a relay
+    that swaps a piece hash, or re-cuts the pieces, changes the version's name."""
+    p = pack_version(model(0), None, shard_size=1024, piece_size=256)
+    stream = b"".join(p.shards)
+    assert p.piece_size == 256 and len(p.piece_hashes) == -(-len(stream) // 256) == -(-p.compressed_size // 256)
+    assert all(blake2b256(stream[i * 256:(i + 1) * 256]) == h for i, h in enumerate(p.piece_hashes))
+    fields = p.manifest_fields()
+    assert unpack_version(fields, list(p.shards)).keys() == model(0).keys()
+    swapped = list(fields["piece_hashes"])
+    swapped[0], swapped[1] = swapped[1], swapped[0]
+    with pytest.raises(RootMismatchError):
+        unpack_version(dict(fields, piece_hashes=swapped), list(p.shards))
+    stream_cut = [blake2b256(stream[i:i + 512]) for i in range(0, len(stream), 512)]
+    with pytest.raises(RootMismatchError):
+        unpack_version(dict(fields, piece_size=512, piece_hashes=stream_cut), list(p.shards))
+    with pytest.raises(ValueError, match="piece_size"):
+        pack_version(model(0), None, shard_size=1024, piece_size=384)
+    # the default: 256 KiB where it divides the shard size, else one piece per shard
+    assert pack_version(model(0), None, shard_size=1 << 20).piece_size == 256 << 10
+    assert pack_version(model(0), None, shard_size=1024).piece_size == 1024
 
 
 def test_malformed_manifest_not_a_dict_or_missing_keys(packed):

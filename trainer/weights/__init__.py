@@ -22,12 +22,13 @@ from .errors import (
     WeightsError,
 )
 from .manifest import Manifest, TensorEntry, compute_root, parse_manifest
-from .pack import DEFAULT_SHARD_SIZE, PackedVersion, pack_version
+from .pack import DEFAULT_PIECE_SIZE, DEFAULT_SHARD_SIZE, PackedVersion, default_piece_size, pack_version
 from .payload import HARD_MAX_RAW_SIZE
 from .store import ShardStore
 from .unpack import unpack_version, verify_shard
 
 __all__ = [
+    "DEFAULT_PIECE_SIZE",
     "DEFAULT_SHARD_SIZE",
     "HARD_MAX_RAW_SIZE",
     "DecompressionLimitError",
@@ -44,6 +45,7 @@ __all__ = [
     "TensorHashError",
     "WeightsError",
     "compute_root",
+    "default_piece_size",
     "pack_version",
     "parse_manifest",
     "unpack_version",

@@ -18,6 +18,7 @@ def manifest_to_json(fields: dict[str, Any]) -> str:
         if out.get(key) is not None:
             out[key] = bytes(out[key]).hex()
     out["shard_hashes"] = [bytes(h).hex() for h in fields["shard_hashes"]]
+    out["piece_hashes"] = [bytes(h).hex() for h in fields["piece_hashes"]]
     out["tensors"] = [{**t, "hash": bytes(t["hash"]).hex()} for t in fields["tensors"]]
     return json.dumps(out, sort_keys=True)
 
@@ -29,5 +30,6 @@ def manifest_from_json(text: str) -> dict[str, Any]:
         if out.get(key) is not None:
             out[key] = bytes.fromhex(out[key])
     out["shard_hashes"] = [bytes.fromhex(h) for h in out["shard_hashes"]]
+    out["piece_hashes"] = [bytes.fromhex(h) for h in out.get("piece_hashes", ())]
     out["tensors"] = [{**t, "hash": bytes.fromhex(t["hash"])} for t in out["tensors"]]
     return out

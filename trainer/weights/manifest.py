@@ -4,17 +4,26 @@ A manifest is what a trainer signs and gossips; shards travel separately over st
 receiver needs to fetch, verify and decode the shards is in the manifest, and everything in the
 manifest except the root itself is bound into the root, so one 32-byte value names the version.
 
-Root construction (format "swarm-weights/1"; all hashes blake2b with a 32-byte digest, no key,
+The compressed stream is cut twice: into shards of `shard_size` bytes (what a peer stores and
+unpacks) and into pieces of `piece_size` bytes, a divisor of `shard_size` (what peers request,
+verify and relay one by one, swarm/pieces.py): piece p is bytes [p * piece_size, (p + 1) *
+piece_size) of the stream, so a shard holds `shard_size / piece_size` whole pieces (the last shard
+and piece may be shorter). Both hash lists are bound into the root.
+
+Root construction (format "swarm-weights/2"; all hashes blake2b with a 32-byte digest, no key,
 no personalisation):
 
     shard_hash[i] = blake2b-256(shard_i)
+    piece_hash[p] = blake2b-256(piece_p)
     tensor.hash   = blake2b-256(raw little-endian bytes of the reconstructed tensor)
-    params        = every manifest field except "root" and "shard_hashes", plus
-                    "n_shards": len(shard_hashes); bytes values written as lowercase hex strings,
-                    None as null, tensor shapes as lists, "tensors" in manifest order
-    root          = blake2b-256( b"swarm-weights/1 root\\x00"
+    params        = every manifest field except "root", "shard_hashes" and "piece_hashes", plus
+                    "n_shards": len(shard_hashes) and "n_pieces": len(piece_hashes); bytes values
+                    written as lowercase hex strings, None as null, tensor shapes as lists,
+                    "tensors" in manifest order
+    root          = blake2b-256( b"swarm-weights/2 root\\x00"
                                  || canonical_json(params) || b"\\x00"
-                                 || shard_hash[0] || shard_hash[1] || ... )
+                                 || shard_hash[0] || shard_hash[1] || ...
+                                 || piece_hash[0] || piece_hash[1] || ... )
     canonical_json = JSON with keys sorted, separators (",", ":"), ASCII only (\\u escapes).
 
 Binding the tensor index and the encoding parameters (not just the shard hashes) into the root
@@ -32,8 +41,8 @@ from typing import Any
 from .errors import ManifestError, RootMismatchError
 from .tensors import CARRY_DTYPES, ITEMSIZE
 
-FORMAT = "swarm-weights/1"
-ROOT_TAG = b"swarm-weights/1 root\x00"
+FORMAT = "swarm-weights/2"
+ROOT_TAG = b"swarm-weights/2 root\x00"
 HASH_SIZE = 32
 DELTA_OPS = ("sub", "xor")
 
@@ -41,6 +50,8 @@ DELTA_OPS = ("sub", "xor")
 MIN_SHARD_SIZE = 256
 MAX_SHARD_SIZE = 64 * 1024 * 1024
 MAX_SHARDS = 1 << 20
+MIN_PIECE_SIZE = 256
+MAX_PIECES = 1 << 22
 MAX_TENSORS = 100_000
 MAX_NAME_LEN = 1024
 MAX_NDIM = 16
@@ -87,10 +98,12 @@ class Manifest:
     dtype: str  # dtype floating weights are carried in: "bf16" | "fp16" | "fp32"
     shuffle: bool  # payload tensors are byte-shuffled (planes) rather than flat bytes
     shard_size: int  # every shard but the last has exactly this many bytes
+    piece_size: int  # every piece but the last has exactly this many bytes; divides shard_size
     raw_size: int  # size of the decompressed safetensors payload
     compressed_size: int  # size of the zstd frame, the sum of the shard sizes
     tensors: tuple[TensorEntry, ...]
     shard_hashes: tuple[bytes, ...]
+    piece_hashes: tuple[bytes, ...]
     root: bytes
 
     def manifest_fields(self) -> dict[str, Any]:
@@ -104,10 +117,12 @@ class Manifest:
             "dtype": self.dtype,
             "shuffle": self.shuffle,
             "shard_size": self.shard_size,
+            "piece_size": self.piece_size,
             "raw_size": self.raw_size,
             "compressed_size": self.compressed_size,
             "tensors": [t.fields() for t in self.tensors],
             "shard_hashes": list(self.shard_hashes),
+            "piece_hashes": list(self.piece_hashes),
             "root": self.root,
         }
 
@@ -125,10 +140,12 @@ class Manifest:
 
 def compute_root(fields: dict[str, Any]) -> bytes:
     """The root over manifest `fields` (the "root" entry, if present, is ignored)."""
-    params = {k: _hexed(v) for k, v in fields.items() if k not in ("root", "shard_hashes")}
+    params = {k: _hexed(v) for k, v in fields.items() if k not in ("root", "shard_hashes", "piece_hashes")}
     params["n_shards"] = len(fields["shard_hashes"])
+    params["n_pieces"] = len(fields["piece_hashes"])
     text = json.dumps(params, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return blake2b256(ROOT_TAG + text.encode("ascii") + b"\x00" + b"".join(fields["shard_hashes"]))
+    return blake2b256(ROOT_TAG + text.encode("ascii") + b"\x00" + b"".join(fields["shard_hashes"])
+                      + b"".join(fields["piece_hashes"]))
 
 
 def _hexed(value: Any) -> Any:
@@ -142,8 +159,8 @@ def _hexed(value: Any) -> Any:
 
 
 _KEYS = {
-    "format", "encoding", "delta_op", "parent_root", "depth", "dtype", "shuffle", "shard_size", "raw_size",
-    "compressed_size", "tensors", "shard_hashes", "root",
+    "format", "encoding", "delta_op", "parent_root", "depth", "dtype", "shuffle", "shard_size", "piece_size",
+    "raw_size", "compressed_size", "tensors", "shard_hashes", "piece_hashes", "root",
 }
 
 
@@ -183,6 +200,16 @@ def parse_manifest(fields: Any) -> Manifest:
     compressed = _int(fields, "compressed_size", 1, MAX_SHARDS * MAX_SHARD_SIZE)
     if math.ceil(compressed / shard_size) != len(hashes):
         raise ManifestError("compressed_size and shard_size disagree with the number of shards")
+    piece_size = _int(fields, "piece_size", MIN_PIECE_SIZE, shard_size)
+    if shard_size % piece_size:
+        raise ManifestError(f"piece_size {piece_size} does not divide shard_size {shard_size}")
+    pieces = fields["piece_hashes"]
+    if not isinstance(pieces, list) or not 1 <= len(pieces) <= MAX_PIECES:
+        raise ManifestError("piece_hashes must be a list of 1..MAX_PIECES hashes")
+    if not all(_is_hash(h) for h in pieces):
+        raise ManifestError("every piece hash must be 32 bytes")
+    if math.ceil(compressed / piece_size) != len(pieces):
+        raise ManifestError("compressed_size and piece_size disagree with the number of pieces")
     if not _is_hash(fields["root"]):
         raise ManifestError("root must be 32 bytes")
     root = compute_root(fields)
@@ -196,10 +223,12 @@ def parse_manifest(fields: Any) -> Manifest:
         dtype=fields["dtype"],
         shuffle=fields["shuffle"],
         shard_size=shard_size,
+        piece_size=piece_size,
         raw_size=raw_size,
         compressed_size=compressed,
         tensors=tensors,
         shard_hashes=tuple(bytes(h) for h in hashes),
+        piece_hashes=tuple(bytes(h) for h in pieces),
         root=root,
     )
 

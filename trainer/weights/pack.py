@@ -24,6 +24,7 @@ from .manifest import (
     FORMAT,
     DELTA_OPS,
     MAX_SHARD_SIZE,
+    MIN_PIECE_SIZE,
     MIN_SHARD_SIZE,
     Manifest,
     TensorEntry,
@@ -33,6 +34,12 @@ from .manifest import (
 from .tensors import ITEMSIZE, carried, dtype_name, sub_delta, to_bytes, xor
 
 DEFAULT_SHARD_SIZE = 2 * 1024 * 1024
+DEFAULT_PIECE_SIZE = 256 * 1024  # what peers relay one at a time (swarm/pieces.py: why not whole shards)
+
+
+def default_piece_size(shard_size: int) -> int:
+    """DEFAULT_PIECE_SIZE where it divides `shard_size`, else the whole shard is one piece."""
+    return DEFAULT_PIECE_SIZE if shard_size % DEFAULT_PIECE_SIZE == 0 else shard_size
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ def pack_version(
     full_every: int | None = None,
     shuffle: bool = True,
     delta_op: str = "sub",
+    piece_size: int | None = None,
 ) -> PackedVersion:
     """Pack `state_dict` (floats carried in `dtype`) as full, or as a delta on the parent.
 
@@ -66,11 +74,16 @@ def pack_version(
     shapes; otherwise the version is packed full.
     delta_op: "sub" (zigzag difference of bit patterns, the default: smallest, see tensors.py) or
         "xor"; both are exact.
+    piece_size: a divisor of `shard_size` (default: `default_piece_size(shard_size)`).
     """
     if delta_op not in DELTA_OPS:
         raise ValueError(f"delta_op must be one of {DELTA_OPS}")
     if not MIN_SHARD_SIZE <= shard_size <= MAX_SHARD_SIZE:
         raise ValueError(f"shard_size must be in [{MIN_SHARD_SIZE}, {MAX_SHARD_SIZE}]")
+    if piece_size is None:
+        piece_size = default_piece_size(shard_size)
+    if not MIN_PIECE_SIZE <= piece_size <= shard_size or shard_size % piece_size:
+        raise ValueError(f"piece_size must divide shard_size and be at least {MIN_PIECE_SIZE}")
     if full_every is not None and full_every < 1:
         raise ValueError("full_every must be >= 1")
     if parent_state_dict is not None and (parent_root is None or len(parent_root) != 32):
@@ -109,10 +122,12 @@ def pack_version(
         "dtype": dtype,
         "shuffle": shuffle,
         "shard_size": shard_size,
+        "piece_size": piece_size,
         "raw_size": len(blob),
         "compressed_size": len(frame),
         "tensors": [t.fields() for t in index],
         "shard_hashes": [blake2b256(s) for s in shards],
+        "piece_hashes": [blake2b256(memoryview(frame)[i : i + piece_size]) for i in range(0, len(frame), piece_size)],
     }
     return PackedVersion(
         encoding=encoding,
@@ -122,10 +137,12 @@ def pack_version(
         dtype=dtype,
         shuffle=shuffle,
         shard_size=shard_size,
+        piece_size=piece_size,
         raw_size=len(blob),
         compressed_size=len(frame),
         tensors=index,
         shard_hashes=tuple(fields["shard_hashes"]),
+        piece_hashes=tuple(fields["piece_hashes"]),
         root=compute_root(fields),
         shards=shards,
     )

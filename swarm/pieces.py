@@ -1,0 +1,130 @@
+"""Where a version's pieces lie, and how pieces are asked for and answered on `/swarm/shard/2`.
+
+A version's compressed stream is cut twice (trainer/weights): into shards of `shard_size` bytes, the
+unit a peer stores, names on disk and unpacks, and into pieces of `piece_size` bytes (a divisor of
+`shard_size`), the unit peers request, verify and relay. Both hash lists are in the signed
+manifest. Pieces exist so a peer can pass on each checked piece as soon as it has it instead of
+after a whole shard: how long a unit takes per hop, while every link is shared by several
+transfers, is what sets how fast a version crosses a large swarm (simulator/swarming.py: 1 MiB
+shards moved whole reach 95% of 100 peers at 1.7x size/bandwidth; 256 KiB pieces of them at 1.3x).
+
+Pieces are a uniform cut of the stream: piece p holds bytes [p * piece_size, (p + 1) * piece_size)
+(the last may be shorter), so shard s holds pieces [s * per_shard, (s + 1) * per_shard).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gossip import errors
+
+ROOT = 32
+REQUEST_SIZE = ROOT + 4  # root, then the piece index as 4 big-endian bytes
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The piece geometry of one version, from its shard sizes and piece size."""
+
+    shard_sizes: tuple[int, ...]
+    piece_size: int
+
+    def __post_init__(self) -> None:
+        sizes, p = self.shard_sizes, self.piece_size
+        if not sizes or any(s <= 0 for s in sizes) or p <= 0:
+            raise ValueError("a version has at least one shard, every size positive")
+        if len(sizes) > 1 and (sizes[0] % p or any(s != sizes[0] for s in sizes[:-1]) or sizes[-1] > sizes[0]):
+            raise ValueError("every shard but the last has one size, a multiple of the piece size")
+
+    @property
+    def shards(self) -> int:
+        return len(self.shard_sizes)
+
+    @property
+    def total(self) -> int:
+        return sum(self.shard_sizes)
+
+    @property
+    def pieces(self) -> int:
+        return -(-self.total // self.piece_size)
+
+    @property
+    def per_shard(self) -> int:
+        """Pieces in every shard but (perhaps) the last."""
+        return -(-self.shard_sizes[0] // self.piece_size)
+
+    def shard_of(self, piece: int) -> int:
+        return piece // self.per_shard
+
+    def pieces_of(self, shard: int) -> range:
+        return range(shard * self.per_shard, min((shard + 1) * self.per_shard, self.pieces))
+
+    def offset(self, piece: int) -> int:
+        """Where piece `piece` starts inside its shard."""
+        return (piece % self.per_shard) * self.piece_size
+
+    def length(self, piece: int) -> int:
+        return min(self.piece_size, self.total - piece * self.piece_size)
+
+    def shard_mask(self, shard: int) -> int:
+        r = self.pieces_of(shard)
+        return ((1 << len(r)) - 1) << r.start
+
+
+def encode_request(root: bytes, index: int) -> bytes:
+    return bytes(root) + index.to_bytes(4, "big")
+
+
+def decode_request(data: bytes) -> tuple[bytes, int]:
+    """(root, piece index); raises Rejected(MALFORMED) for anything but exactly 36 bytes."""
+    if len(data) != REQUEST_SIZE:
+        raise errors.Rejected(errors.MALFORMED, f"piece request of {len(data)} bytes, expected {REQUEST_SIZE}")
+    return bytes(data[:ROOT]), int.from_bytes(data[ROOT:], "big")
+
+
+# On the wire (node/driver.py), an answer is PIECE_OK then the piece, or PIECE_ERROR then a reason: in
+# band, so "busy" and "not-found" reach the asker (a stream reset says nothing). The core sees the
+# piece as `ResponseReceived.data` and the reason as `.error`.
+PIECE_OK = b"\x00"
+PIECE_ERROR = b"\x01"
+
+
+def encode_error(why: str) -> bytes:
+    return PIECE_ERROR + why.encode()[:64]
+
+
+def decode_response(data: bytes) -> tuple[bytes, str | None]:
+    """(piece bytes, None) or (b"", the server's reason); anything else is a malformed answer."""
+    if data[:1] == PIECE_OK:
+        return data[1:], None
+    if data[:1] == PIECE_ERROR:
+        return b"", data[1:65].decode("ascii", "replace") or "error"
+    return b"", "malformed answer"
+
+
+def bitmap_of(mask: int, n: int) -> bytes:
+    """Bit i of byte i // 8 (least significant first) is piece i, as `ShardHave.holds` reads it."""
+    return mask.to_bytes((n + 7) // 8, "little")
+
+
+def mask_of(bitmap: bytes, n: int) -> int:
+    return int.from_bytes(bitmap[: (n + 7) // 8], "little") & ((1 << n) - 1)
+
+
+def bits(mask: int):
+    """The indices of the set bits of `mask`, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def pick_bit(mask: int, n: int, rng) -> int:
+    """A set bit of `mask` (nonzero) chosen by `rng`: the first at or after a random start, wrapping.
+    One draw and a few big-int operations, whatever the number of bits (a uniform draw among the set
+    bits would enumerate them; this favours bits after gaps a little, which rarest-first does not mind)."""
+    start = rng.randrange(n)
+    high = mask >> start
+    if high:
+        return start + (high & -high).bit_length() - 1
+    return (mask & -mask).bit_length() - 1
