@@ -54,11 +54,13 @@ class SwarmingConfig:
     # reached 95% of 100 peers at 1.707x size/bandwidth and of 1,000 at 1.963x, whatever the latency
     # (1 ms: 2.0x) or have batching (0-0.5 s); a unit the origin sends last needs ~log2(N) hops. Pieces
     # (256 KiB of 1 MiB shards, relayed before their shard is complete), 16 in flight, 64 open shards:
-    # 1.327x at 100, 1.459x at 1,000. Sweeps at 100 peers from there: 128 KiB pieces 1.292x (1,000:
-    # 1.391x, at 1.6x the events), 512 KiB 1.474x, whole shards 1.782x; 8 in flight 1.442x, 32 1.32x;
-    # 4 upload slots 1.456x, 16 1.40x; 32 open shards 1.393x, 16 1.495x; finishing started shards
-    # first (strict priority) 1.60x. 256 KiB whole shards with the old shard-level exchange: 1.344x at
-    # 100, 1.446x at 1,000 (pieces keep 1 MiB files and 4x fewer hashes to store and unpack).
+    # 1.326x at 100 (seeds 2, 3: 1.332x, 1.325x), 1.474x at 1,000. Sweeps at 100 peers, single runs
+    # taken while a sum over a set made runs of one seed differ by up to 0.03 between processes
+    # (now fixed): 128 KiB pieces 1.29x (1,000: 1.39x, at 1.6x the events), 512 KiB 1.47x, whole
+    # shards 1.78x; 8 in flight 1.44x, 32 1.32x; 4 upload slots 1.46x, 16 1.40x; 32 open shards 1.39x,
+    # 16 1.50x; finishing started shards first (strict priority) 1.60x. 256 KiB whole shards with the
+    # old shard-level exchange: 1.34x at 100, 1.45x at 1,000 (pieces keep 1 MiB files and a quarter
+    # of the hashes to store and unpack).
     per_peer: int = ExchangeConfig.per_peer
     max_in_flight: int = ExchangeConfig.max_in_flight
     open_shards: int = ExchangeConfig.open_shards
@@ -129,7 +131,9 @@ class _Net:
         for f in ordered:
             for key, others in ((("up", f.src), self.out[f.src]), (("down", f.dst), self.inn[f.dst])):
                 if key not in links:
-                    left = self.Bps - sum(g.rate for g in others if g not in mine)
+                    # fsum: exact whatever the order, and a set of flows iterates in an order that
+                    # depends on their addresses (a plain sum made runs differ between processes)
+                    left = self.Bps - math.fsum(g.rate for g in others if g not in mine)
                     links[key] = [max(left, 0.0), 0]
                 links[key][1] += 1
         rates: dict = {}

@@ -64,7 +64,7 @@ class ExchangeConfig:
     per_peer: int = 1  # requests in flight to one peer: one per source, spread over up to max_in_flight sources
     max_in_flight: int = 16  # requests in flight for one download
     open_shards: int = 64  # shards started (a piece held or asked) and not complete: their pieces wait in memory
-    # (64 MiB a version at 1 MiB shards); 32: 1.39x, 16: 1.50x size/bandwidth at 100 simulated peers
+    # (64 MiB a version at 1 MiB shards); 32: 1.39x, 16: 1.50x against 1.33x size/bandwidth at 100 simulated peers
     timeout: float = 20.0  # one piece request (the runtime reports it; we also enforce it)
     have_interval: float = 0.1  # at most one ShardHave per download per this (and one when done): new pieces
     # are announced soon so neighbours fetch them on (pipelining). Haves go to the whole task topic, but

@@ -70,3 +70,15 @@ def test_unpack_refuses_a_corrupt_or_missing_shard(initialised, tmp_path):
     with pytest.raises(JobError, match="corrupt"):
         follower.run("unpack", UnpackJob("0" * 16, 0, m0, b""))
     assert not list((tmp_path / "blobs").iterdir()), "nothing written"
+
+
+def test_pack_settings_read_the_piece_size_and_refuse_one_that_does_not_divide_the_shard():
+    from trainer.taskconfig import ParamError
+    from trainer.versions import pack_settings
+
+    assert pack_settings({})[:2] == (1 << 20, 256 << 10)
+    assert pack_settings({"shard_size": 1000})[:2] == (1000, 1000), "no 256 KiB cut: one piece a shard"
+    assert pack_settings({"shard_size": 1 << 21, "piece_size": 1 << 20})[:2] == (1 << 21, 1 << 20)
+    for bad in ({"piece_size": 300_000}, {"piece_size": 128}, {"piece_size": "big"}):
+        with pytest.raises(ParamError, match="piece_size"):
+            pack_settings(bad)
