@@ -16,6 +16,8 @@ from swarm import jobs, protocols
 from swarm.io import Emit, ResponseReceived, StoreBlob
 
 PASSED = "ok"
+BLOB_TRIES = 3  # a blob fetch that fails (no link to the worker, a timeout, an error) is made this often in all
+BLOB_RETRY = 3.0  # seconds before the next try: time for a dial to the worker to connect
 
 
 @dataclass
@@ -27,18 +29,52 @@ class Check:
     blob_ok: bool = False
     verifying: bool = False
     result: jobs.VerifyResult | None = None
+    tries: int = 0  # blob fetches made
+    retry_at: float | None = None  # when to fetch the blob again (a try failed, or a dial is under way)
 
 
 def fetch_blob(core, owner, now: float, check: Check) -> list:
+    """Ask the worker for the committed blob. The commitment came by gossip, often through other peers:
+    with no link to the worker, dial it (its addresses came with its heartbeats) and ask once the
+    retry is due; a 1,000-peer simulation lost a batch, and with it every later step, to a trainer
+    that asked a worker it had no link to."""
+    check.tries += 1
+    check.retry_at = None
+    info = core.membership.peers.get(check.worker)
+    if info is not None and not info.connected and check.tries < BLOB_TRIES:
+        check.retry_at = now + BLOB_RETRY
+        if core.membership.dialable(info, now) and not core.is_banned(check.worker):
+            return [core.membership.dial(info, now)]
+        return []
     c = check.commitment
     return [core.new_request(now, owner, ("rollouts", c.task_id, check.commitment_id), check.worker,
                              protocols.BLOB, c.blob_hash, timeout=30.0)]
 
 
-def blob_arrived(check: Check, response: ResponseReceived) -> tuple[list, str | None]:
-    """(effects, None) when the blob is the one committed to, else ([], why not)."""
+def retry_blobs(core, owner, now: float, checks, timer: str) -> list:
+    """Fetch again the blobs whose retry is due, and set `timer` for the next one (a role's timer)."""
+    effects = []
+    for check in list(checks):
+        if check.retry_at is not None and check.retry_at <= now and not check.blob_ok:
+            effects += fetch_blob(core, owner, now, check)
+    arm_retry(core, checks, timer)
+    return effects
+
+
+def arm_retry(core, checks, timer: str) -> None:
+    due = min((c.retry_at for c in checks if c.retry_at is not None), default=None)
+    if due is not None:
+        core.set_timer(timer, due)
+
+
+def blob_arrived(check: Check, response: ResponseReceived, now: float = 0.0) -> tuple[list, str | None]:
+    """(effects, None) when the blob is the one committed to, or when a failed fetch will be tried again
+    (`check.retry_at` set: the caller arms its retry timer); else ([], why not)."""
     c = check.commitment
     if response.error is not None:
+        if check.tries < BLOB_TRIES and response.error != "banned":
+            check.retry_at = now + BLOB_RETRY
+            return [], None
         return [], f"blob not served: {response.error}"[:120]
     if len(response.data) != c.blob_size or hashlib.blake2b(response.data, digest_size=32).digest() != c.blob_hash:
         return [], "blob does not match its commitment"

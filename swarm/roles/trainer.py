@@ -93,7 +93,9 @@ class TrainerRole(Role):
         if len(state.pending) >= MAX_PENDING:
             raise Rejected(errors.CAPACITY, "too many rollout batches waiting")
         check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
-        return checking.fetch_blob(self.core, self, now, check)
+        effects = checking.fetch_blob(self.core, self, now, check)
+        checking.arm_retry(self.core, state.pending.values(), f"trainer:{msg.task_id}:blobs")
+        return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
         _, task_id, commitment_id = tag
@@ -101,11 +103,14 @@ class TrainerRole(Role):
         check = state.pending.get(commitment_id) if state else None
         if check is None:
             return []
-        effects, failure = checking.blob_arrived(check, response)
+        effects, failure = checking.blob_arrived(check, response, now)
         if failure is not None:
             del state.pending[commitment_id]
             state.dropped += 1
             return [Emit("rollout-dropped", {"task_id": task_id, "worker": check.worker, "reason": failure})]
+        if check.retry_at is not None:
+            checking.arm_retry(self.core, state.pending.values(), f"trainer:{task_id}:blobs")
+            return effects
         return effects + self._verify_more(now, state)
 
     def _verify_more(self, now: float, state: TrainerTask) -> list:
@@ -307,6 +312,8 @@ class TrainerRole(Role):
             return []
         if what == "announce" and state.version >= 0:
             return self._announce(now, state, chain=True)
+        if what == "blobs":
+            return checking.retry_blobs(self.core, self, now, state.pending.values(), name)
         if what == jobs.INIT and state.version < 0 and not state.busy:
             state.busy = True
             payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task_id) & 0x7FFFFFFF)

@@ -72,7 +72,9 @@ class ValidatorRole(Role):
             state.checks.popitem(last=False)
             state.skipped += 1
         check = state.checks[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
-        return checking.fetch_blob(self.core, self, now, check)
+        effects = checking.fetch_blob(self.core, self, now, check)
+        checking.arm_retry(self.core, state.checks.values(), f"validator:{msg.task_id}:blobs")
+        return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
         kind, task_id, key = tag
@@ -85,10 +87,13 @@ class ValidatorRole(Role):
         check = state.checks.get(key)
         if check is None:
             return []
-        effects, failure = checking.blob_arrived(check, response)
+        effects, failure = checking.blob_arrived(check, response, now)
         if failure is not None:
             del state.checks[key]
             return [Emit("check-skipped", {"task_id": task_id, "worker": check.worker, "reason": failure})]
+        if check.retry_at is not None:
+            checking.arm_retry(self.core, state.checks.values(), f"validator:{task_id}:blobs")
+            return effects
         return effects + self._start_ready(now, state)
 
     def _start_ready(self, now: float, state: ValidatorTask) -> list:
@@ -121,10 +126,12 @@ class ValidatorRole(Role):
         return checking.publish_verdict(self.core, now, check, result)
 
     def on_timer(self, now, name) -> list:
-        _, task_id, _ = name.split(":")
+        _, task_id, what = name.split(":")
         state = self.tasks.get(task_id)
         if state is None:
             return []
+        if what == "blobs":
+            return checking.retry_blobs(self.core, self, now, state.checks.values(), name)
         return state.policy.fetch_latest(self.core, self, now) + self._start_ready(now, state)
 
     def snapshot(self) -> dict:

@@ -10,7 +10,7 @@ from gossip.identity import Identity
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm import jobs
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import CommandResult, LocalCommand, MessageVerdict
+from swarm.io import CommandResult, Dial, LocalCommand, MessageVerdict
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet, fake_packed_version
 
@@ -287,3 +287,41 @@ def test_weights_of_released_versions_are_deleted_everywhere():
     for w in workers:  # what a worker still holds is still on its disk
         for digest in w.blobs.held():
             assert digest in net.blobs[w.peer_id]
+
+
+def test_a_trainer_with_no_link_to_a_worker_dials_it_for_the_blob():
+    """A commitment reaches the trainer through another peer; its blob is only at the worker. The
+    trainer dials the worker and fetches it when the retry is due, instead of dropping the batch (in a
+    1,000-peer simulation one dropped batch stalled every later step)."""
+    trainer = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1)
+    near = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("worker",)), seed=2)
+    far = PeerCore(Identity(b"\x03" * 32), CoreConfig(roles=("worker",)), seed=3)
+    net = MemoryNet([trainer, near, far], T0)
+    net.jobs = fake_jobs
+    dials = []
+    carry = net._carry_out
+
+    def no_link_to_far(peer, inp, effect):  # only the trainer's blob retry may open that link
+        if isinstance(effect, Dial) and {peer, effect.peer} == {trainer.peer_id, far.peer_id}:
+            dials.append(net.now)
+            if not any(e[0] == "rollouts-committed" for e in far_commits()):
+                return
+        carry(peer, inp, effect)
+    net._carry_out = no_link_to_far
+
+    def far_commits():
+        return [("rollouts-committed", f) for p, f in net.events_named("rollouts-committed") if p == far.peer_id]
+    net.start()
+    net.connect(trainer.peer_id, near.peer_id)
+    net.connect(near.peer_id, far.peer_id)
+    net.run_for(3)
+    t = task(trainer_keys=(trainer.identity.public_key,),
+             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    net.run_for(20)
+    assert far_commits(), "the far worker got the weights through the near one and committed"
+    assert dials, "the trainer dialed the far worker"
+    dropped = [f for p, f in net.events_named("rollout-dropped") if p == trainer.peer_id]
+    assert not [f for f in dropped if "blob not served" in f["reason"]], dropped
+    trained = {f["worker"] for p, f in net.events_named("rollout-trained")}
+    assert far.peer_id in trained, "the far worker's batches were fetched and trained on"
