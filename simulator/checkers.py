@@ -185,6 +185,37 @@ class VersionsForward(Check):
         return CheckResult(not self.bad, f"{self.events} installs, {len(self.bad)} backwards", self.bad)
 
 
+class TrainingAdvances(Check):
+    """Progress, not only safety: every task whose trainer published a version also published one in the
+    last third of the time since (a trainer that lost a batch for good once sat at version 0 for an
+    hour while every safety check passed)."""
+
+    name = "training-advances"
+    kinds = ("emit.version-published",)
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.first: dict[str, float] = {}  # task -> when its first version was published
+        self.last: dict[str, tuple[float, int]] = {}  # task -> (when, version) of its newest
+
+    def feed(self, t, peer, kind, f):
+        task = f["task_id"]
+        self.first.setdefault(task, t)
+        if task not in self.last or int(f["version"]) > self.last[task][1]:
+            self.last[task] = (t, int(f["version"]))
+
+    def result(self, end, settle):
+        stalled = []
+        for task in sorted(self.first):
+            since = self.first[task] + (end - self.first[task]) * 2 / 3
+            at, version = self.last[task]
+            if at < since:
+                stalled.append({"task": task, "newest": version, "published_at": round(at, 3),
+                                "none_since": round(since, 3)})
+        return CheckResult(not stalled, f"{len(self.first)} tasks, {len(stalled)} without a version in the "
+                                        f"last third of their run", stalled)
+
+
 class NoBadTraining(Check):
     name = "no-bad-training"
     kinds = ("emit.rollout-trained", "emit.peer-banned", "job-done")
@@ -427,8 +458,8 @@ class Bytes:
                 "per_peer_mean_Bps": round(sum(totals) / len(totals) / duration, 1) if totals else None}
 
 
-CHECKS = {c.name: c for c in (TasksLearned, HonestNotBanned, VersionsForward, NoBadTraining, AdversariesBanned,
-                              Delivery)}
+CHECKS = {c.name: c for c in (TasksLearned, HonestNotBanned, VersionsForward, TrainingAdvances, NoBadTraining,
+                              AdversariesBanned, Delivery)}
 
 
 class Evaluator:

@@ -69,6 +69,14 @@ def test_versions_going_backwards_are_caught_per_incarnation():
                                v(30, 0, 1)])["versions-forward"].ok
 
 
+def test_a_trainer_that_stops_publishing_is_caught():
+    pub = lambda t, ver: (t, 0, "emit.version-published", {"task_id": "t1", "version": ver})
+    assert _results(_base() + [pub(20, 0), pub(90, 1), pub(150, 2)])["training-advances"].ok
+    res = _results(_base() + [pub(20, 0), pub(90, 1)])  # nothing after 140 = 20 + (200 - 20) * 2/3
+    assert not res["training-advances"].ok and res["training-advances"].violations[0]["newest"] == 1
+    assert _results(_base())["training-advances"].ok, "no version yet: nothing to judge (tasks-learned is)"
+
+
 def test_training_on_bad_sources_is_caught():
     trained = lambda t, trainer, worker: (t, trainer, "emit.rollout-trained",
                                           {"task_id": "t1", "commitment_id": "c", "worker": worker})
