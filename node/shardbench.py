@@ -27,9 +27,9 @@ from pathlib import Path
 from node.control import ControlError, call
 from node.procs import start_peer, stop_processes
 from node.records import read_records
+from swarm.pieces import DEFAULT_PIECE_SIZE
 
 SHARD = 1 << 20
-PIECE = 256 << 10  # the trainer's default (trainer/weights/pack.py)
 
 
 def _hash(data: bytes) -> bytes:
@@ -51,7 +51,7 @@ def _wait(what: str, cond, timeout: float, every: float = 0.2):
 
 def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout: float = 300.0,
                   shard_size: int = SHARD, base_port: int = 0, upload_mbps: float | None = None,
-                  piece_size: int = PIECE) -> dict:
+                  piece_size: int = DEFAULT_PIECE_SIZE) -> dict:
     if mode not in ("swarm", "star"):
         raise ValueError("mode is 'swarm' or 'star'")
     shutil.rmtree(workdir, ignore_errors=True)

@@ -35,6 +35,7 @@ from gossip.assignment import assigned_slice
 from simulator.content import Content, label_of
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome
 from swarm import jobs
+from swarm.pieces import default_piece_size
 from swarm.taskparams import TaskParams
 
 ROLE_KINDS = (jobs.INIT, jobs.GENERATE, jobs.TRAIN, jobs.VERIFY, jobs.UNPACK)
@@ -45,7 +46,6 @@ GENERATING_CHEATS = ("other-model", "inflated-reward", "cherry-pick")
 CHEATS = GENERATING_CHEATS + ("lying-validator",)
 CHERRY_POOL = 256  # cherry-pick takes the easiest prompts of a fixed pool, like trainer/cheats.py
 DEFAULT_SHARD_SIZE = 1 << 20  # trainer/versions.py
-DEFAULT_PIECE_SIZE = 256 << 10  # trainer/weights/pack.py, where it divides the shard size
 DEFAULT_FULL_EVERY = 8
 TOKENS_PER_SAMPLE = (8, 24)
 
@@ -112,8 +112,7 @@ class RoleJobs:
              parent_depth: int = 0) -> tuple[jobs.VersionResult, tuple[bytes, ...]]:
         """A version packed into virtual shards: (its VersionResult with manifest fields, shard digests)."""
         shard_size = _int_param(task.params, "shard_size", DEFAULT_SHARD_SIZE, 256, 64 << 20)
-        default_piece = DEFAULT_PIECE_SIZE if shard_size % DEFAULT_PIECE_SIZE == 0 else shard_size
-        piece_size = _int_param(task.params, "piece_size", default_piece, 256, shard_size)
+        piece_size = _int_param(task.params, "piece_size", default_piece_size(shard_size), 256, shard_size)
         if shard_size % piece_size:
             piece_size = shard_size  # trainer/versions.py refuses such a task; the cost model just ignores it
         full_every = _int_param(task.params, "full_every", DEFAULT_FULL_EVERY, 1, 1 << 20)

@@ -20,6 +20,12 @@ from gossip import errors
 
 ROOT = 32
 REQUEST_SIZE = ROOT + 4  # root, then the piece index as 4 big-endian bytes
+DEFAULT_PIECE_SIZE = 256 * 1024  # the trainer's pack, the simulator's and the benchmarks' (task param piece_size)
+
+
+def default_piece_size(shard_size: int) -> int:
+    """DEFAULT_PIECE_SIZE where it divides `shard_size`, else the whole shard is one piece."""
+    return DEFAULT_PIECE_SIZE if shard_size % DEFAULT_PIECE_SIZE == 0 else shard_size
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ Modules: tensors (bytes, XOR, shuffle), manifest (fields, bounds, root), payload
 zstd), pack, unpack, store, jsonio, errors.
 """
 
+from swarm.pieces import DEFAULT_PIECE_SIZE, default_piece_size
+
 from .errors import (
     DecompressionLimitError,
     ManifestError,
@@ -22,7 +24,7 @@ from .errors import (
     WeightsError,
 )
 from .manifest import Manifest, TensorEntry, compute_root, parse_manifest
-from .pack import DEFAULT_PIECE_SIZE, DEFAULT_SHARD_SIZE, PackedVersion, default_piece_size, pack_version
+from .pack import DEFAULT_SHARD_SIZE, PackedVersion, pack_version
 from .payload import HARD_MAX_RAW_SIZE
 from .store import ShardStore
 from .unpack import unpack_version, verify_shard

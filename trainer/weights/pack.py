@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from swarm.pieces import default_piece_size  # what peers relay one at a time (swarm/pieces.py: why not whole shards)
+
 from . import payload
 from .manifest import (
     FORMAT,
@@ -34,12 +36,6 @@ from .manifest import (
 from .tensors import ITEMSIZE, carried, dtype_name, sub_delta, to_bytes, xor
 
 DEFAULT_SHARD_SIZE = 2 * 1024 * 1024
-DEFAULT_PIECE_SIZE = 256 * 1024  # what peers relay one at a time (swarm/pieces.py: why not whole shards)
-
-
-def default_piece_size(shard_size: int) -> int:
-    """DEFAULT_PIECE_SIZE where it divides `shard_size`, else the whole shard is one piece."""
-    return DEFAULT_PIECE_SIZE if shard_size % DEFAULT_PIECE_SIZE == 0 else shard_size
 
 
 @dataclass(frozen=True)
