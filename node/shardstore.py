@@ -3,10 +3,11 @@
 Same layout as blobs (one file per shard, hex name, atomic temp-file + rename writes), in its own
 directory `<data-dir>/shards`, which the trainer's job process writes too (trainer/versions.py).
 Nothing enters unverified (the core checked the hash against a signed manifest; `put` checks it
-again) and every read is re-hashed (a piece read against its own hash from the signed manifest), so a rotten
-file is deleted and reported missing rather than served. Garbage collection keeps what the core still tracks and spares young files, which a job may
-have written for a version the core has not heard of yet. A restarted node finds its shards here
-and resumes its downloads (`CheckShards` -> `present`).
+again) and every read is re-hashed (a piece read against its own hash from the signed manifest),
+so a rotten file is deleted and reported missing rather than served. Garbage collection keeps what
+the core still tracks and spares young files, which a job may have written for a version the core
+has not heard of yet. A restarted node finds its shards here and resumes its downloads
+(`CheckShards` -> `present`).
 """
 
 from __future__ import annotations

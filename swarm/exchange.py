@@ -502,28 +502,18 @@ class ShardExchange:
     # ------------------------------------------------------------------ time
 
     def next_deadline(self) -> float | None:
-        best = None
+        times: list[float] = []
         for d in self.downloads.values():
-            if d.announce_at is not None and (best is None or d.announce_at < best):
-                best = d.announce_at
-            for asked in d.in_flight.values():
-                for t in asked.values():
-                    if best is None or t < best:
-                        best = t
-            for t in d.abandoned.values():
-                if best is None or t < best:
-                    best = t
-            if d.complete:
-                continue
-            for t in d.refused.values():
-                if best is None or t < best:
-                    best = t
-            for t in d.skip.values():
-                if best is None or t < best:
-                    best = t
-            if d.endgame_at is not None and (best is None or d.endgame_at < best):
-                best = d.endgame_at
-        return best
+            if d.announce_at is not None:
+                times.append(d.announce_at)
+            times.extend(t for asked in d.in_flight.values() for t in asked.values())
+            times.extend(d.abandoned.values())
+            if not d.complete:
+                times.extend(d.refused.values())
+                times.extend(d.skip.values())
+                if d.endgame_at is not None:
+                    times.append(d.endgame_at)
+        return min(times, default=None)
 
     def on_tick(self, now: float) -> list:
         out: list = []

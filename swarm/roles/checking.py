@@ -67,7 +67,7 @@ def arm_retry(core, checks, timer: str) -> None:
         core.set_timer(timer, due)
 
 
-def blob_arrived(check: Check, response: ResponseReceived, now: float = 0.0) -> tuple[list, str | None]:
+def blob_arrived(check: Check, response: ResponseReceived, now: float) -> tuple[list, str | None]:
     """(effects, None) when the blob is the one committed to, or when a failed fetch will be tried again
     (`check.retry_at` set: the caller arms its retry timer); else ([], why not)."""
     c = check.commitment
