@@ -97,26 +97,34 @@ async def test_killed_child_is_replaced_and_cancellation_ends_the_child(tmp_path
     assert len(h.done) == 3  # a stopping node is not told about jobs it will never see finish
 
 
+async def _first_step(h):
+    """Init, four generate jobs on version 0 and one train job: (version 1's result, the rollouts)."""
+    from swarm.jobs import TrainJob
+    from tests.trainer_jobs.conftest import TASK
+
+    h.runner.submit(RunJob(1, "init", InitJob(TASK, seed=7)))
+    await h.wait(lambda: len(h.done) == 1)
+    v0 = h.done[0].result
+    for n, prompts in enumerate(((1, 2), (3, 4), (5, 6), (7, 8))):
+        h.runner.submit(RunJob(2 + n, "generate", GenerateJob(TASK, 0, v0.weights, prompts, 4, b"w" * 32)))
+    await h.wait(lambda: len(h.done) == 5)
+    assert all(d.ok for d in h.done)
+    rollouts = tuple(d.result.blob for d in h.done[1:])
+    h.runner.submit(RunJob(6, "train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0)))
+    await h.wait(lambda: len(h.done) == 6)
+    assert h.done[5].ok and h.done[5].result.version == 1
+    return h.done[5].result, rollouts
+
+
 async def test_a_trainer_saves_its_state_after_answering_while_it_waits_for_the_next_job(tmp_path):
     """The master weights and optimizer moments are written right after the train job's answer, not at
     the start of the next job (which would delay the next step)."""
-    from swarm.jobs import TrainJob
     from tests.trainer_jobs.conftest import TASK
 
     h = Harness(tmp_path)
     async with trio.open_nursery() as nursery:
         await nursery.start(h.runner.run)
-        h.runner.submit(RunJob(1, "init", InitJob(TASK, seed=7)))
-        await h.wait(lambda: len(h.done) == 1)
-        v0 = h.done[0].result
-        for n, prompts in enumerate(((1, 2), (3, 4), (5, 6), (7, 8))):
-            h.runner.submit(RunJob(2 + n, "generate", GenerateJob(TASK, 0, v0.weights, prompts, 4, b"w" * 32)))
-        await h.wait(lambda: len(h.done) == 5)
-        assert all(d.ok for d in h.done)
-        rollouts = tuple(d.result.blob for d in h.done[1:])
-        h.runner.submit(RunJob(6, "train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0)))
-        await h.wait(lambda: len(h.done) == 6)
-        assert h.done[5].ok and h.done[5].result.version == 1
+        await _first_step(h)
         moments = tmp_path / "state" / TASK.task_id / "optimizer.json"
         await h.wait(lambda: moments.is_file(), timeout=30.0)  # no further job was sent
         assert json.loads(moments.read_text())["version"] == 1
@@ -132,16 +140,7 @@ async def test_a_stopping_job_process_writes_the_trainer_state_it_had_not_saved_
     h = Harness(tmp_path)
     async with trio.open_nursery() as nursery:
         await nursery.start(h.runner.run)
-        h.runner.submit(RunJob(1, "init", InitJob(TASK, seed=7)))
-        await h.wait(lambda: len(h.done) == 1)
-        v0 = h.done[0].result
-        for n, prompts in enumerate(((1, 2), (3, 4), (5, 6), (7, 8))):
-            h.runner.submit(RunJob(2 + n, "generate", GenerateJob(TASK, 0, v0.weights, prompts, 4, b"w" * 32)))
-        await h.wait(lambda: len(h.done) == 5)
-        rollouts = tuple(d.result.blob for d in h.done[1:])
-        h.runner.submit(RunJob(6, "train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0)))
-        await h.wait(lambda: len(h.done) == 6)
-        v1 = h.done[5].result
+        v1, rollouts = await _first_step(h)
         h.runner.submit(RunJob(7, "train", TrainJob(TASK, 1, v1.weights, rollouts, v1.manifest["root"],
                                                     v1.manifest["depth"])))
         await h.wait(lambda: len(h.done) == 7)
