@@ -263,10 +263,19 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
     batch = assigned_slice(rules, claim.worker_key, claim.version, tuple(claim.prompt_indices))
     if batch is None:
         return _verdict(claim, "assignment")
+    # A batch holds each prompt samples_per_prompt times and a GRPO group repeats completions, so
+    # the environment is asked once per distinct prompt and per distinct completion.
+    prompts: dict[int, list[int]] = {}
+    rewards: dict[tuple, float] = {}
     for i, s in enumerate(samples):
-        if list(s.prompt_ids) != list(validator.prompt_ids(s.prompt_index)):
+        if s.prompt_index not in prompts:
+            prompts[s.prompt_index] = list(validator.prompt_ids(s.prompt_index))
+        if list(s.prompt_ids) != prompts[s.prompt_index]:
             return _verdict(claim, "prompt", sample=i)
-        expected = float(validator.reward(s.prompt_index, list(s.token_ids), s.finished))
+        key = (s.prompt_index, tuple(s.token_ids), bool(s.finished))
+        if key not in rewards:
+            rewards[key] = float(validator.reward(s.prompt_index, list(s.token_ids), s.finished))
+        expected = rewards[key]
         if abs(expected - float(s.reward)) > 1e-6:
             return _verdict(claim, "reward", {"claimed": float(s.reward), "recomputed": expected}, sample=i)
     for i, s in enumerate(samples):
@@ -277,10 +286,18 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
 
     evidence, worst = [], toploc.ChunkResult(0, 0.0, 0.0)
     prefills = forward_many(validator.model, [(s.prompt_ids, s.token_ids) for s in samples])
-    batched = toploc.verify_many([(s.proof, prefills[i][1]) for i, s in enumerate(samples)])
+    # repeated completions share their prefill (forward_many) and carry the same proof: TOPLOC
+    # compares each distinct (proof, hidden states) pair once
+    distinct: dict[tuple[bytes, int], int] = {}
+    which = [distinct.setdefault((bytes(s.proof), id(prefills[i][1])), i) for i, s in enumerate(samples)]
+    checked = dict(zip(distinct.values(), toploc.verify_many([(samples[i].proof, prefills[i][1])
+                                                              for i in distinct.values()])))
+    replays = sampling.sample_evidence_many(
+        [(prefills[i][0], list(s.token_ids), s.logprobs,
+          sample_seed(rules.task_id, claim.worker_key, claim.version, s.prompt_index, s.sample_index))
+         for i, s in enumerate(samples)], rules.temperature)
     for i, s in enumerate(samples):
-        logits, hidden = prefills[i]
-        chunks = batched[i]
+        chunks = checked[which[i]]
         j = toploc.first_failing_chunk(chunks, validator.toploc)
         if j is not None:
             c = chunks[j]
@@ -289,8 +306,7 @@ def check_batch(samples: Sequence[SampleLike], claim: Claim, rules: Rules, valid
         worst = toploc.ChunkResult(max([worst.exp_mismatches] + [c.exp_mismatches for c in chunks]),
                                    max([worst.mant_err_mean] + [c.mant_err_mean for c in chunks]),
                                    max([worst.mant_err_median] + [c.mant_err_median for c in chunks]))
-        seed = sample_seed(rules.task_id, claim.worker_key, claim.version, s.prompt_index, s.sample_index)
-        ev = sampling.sample_evidence(logits, list(s.token_ids), s.logprobs, seed, rules.temperature)
+        ev = replays[i]
         why = sampling.sample_failure(ev, validator.sampling, rules.replay)
         if why == "logprob":
             return _verdict(claim, why, {"logprob_err": ev.max_logprob_err}, sample=i, position=ev.logprob_err_at)

@@ -40,8 +40,7 @@ def gumbel_noise(generator: torch.Generator, vocab_size: int) -> torch.Tensor:
     Bit-for-bit the draw of `trainer.inference.gumbel_noise` (a test holds them equal); repeated
     here because proofs/ sits below trainer/ in the import order.
     """
-    u = torch.rand(vocab_size, generator=generator, dtype=torch.float32)
-    return -torch.log(-torch.log(u.clamp_min(1e-20)))
+    return _gumbel(torch.rand(vocab_size, generator=generator, dtype=torch.float32))
 
 
 @dataclass(frozen=True)
@@ -73,39 +72,89 @@ class SampleEvidence:
 def sample_evidence(logits: torch.Tensor, token_ids: list[int], claimed_logprobs, seed: int,
                     temperature: float) -> SampleEvidence:
     """Compare one completion with the validator's logits [n, V] at the positions producing it."""
-    n = len(token_ids)
-    if logits.ndim != 2 or logits.shape[0] != n:
-        raise ValueError(f"logits {tuple(logits.shape)} do not cover {n} tokens")
-    logits = logits.detach().float().cpu()
-    tokens = torch.tensor(token_ids, dtype=torch.long)
-    claimed = torch.as_tensor(claimed_logprobs, dtype=torch.float32).reshape(-1)
-    if claimed.shape[0] != n:
-        raise ValueError(f"{claimed.shape[0]} logprobs for {n} tokens")
+    return sample_evidence_many([(logits, token_ids, claimed_logprobs, seed)], temperature)[0]
+
+
+# Samples whose logits together hold more elements than this are compared in several groups, so a
+# large vocabulary (SmolLM2: 49,152) never needs one float64 copy of a whole batch's logits.
+GROUP_ELEMENTS = 1 << 22
+
+
+def sample_evidence_many(items, temperature: float) -> list[SampleEvidence]:
+    """`sample_evidence` for many completions [(logits [n, V], token_ids, claimed, seed), ...].
+
+    Same evidence, computed over groups of completions at once: a check of the built-in model
+    compared each of a batch's 64 short completions with some 45 small tensor operations plus six
+    per token for its Gumbel noise, which cost more than the prefill itself. Each completion still
+    replays its own generator: one draw of [n, V] uniforms gives bit-for-bit the n per-token draws
+    of `gumbel_noise` (a test holds them equal), and the Gumbel transform is elementwise. Sums over
+    a completion's tokens are exactly rounded (math.fsum), so a completion's numbers do not depend
+    on which others share its group.
+    """
+    out: list[SampleEvidence] = []
+    group: list = []
+    size = 0
+    for logits, token_ids, claimed, seed in items:
+        n = len(token_ids)
+        if logits.ndim != 2 or logits.shape[0] != n:
+            raise ValueError(f"logits {tuple(logits.shape)} do not cover {n} tokens")
+        claimed = torch.as_tensor(claimed, dtype=torch.float32).reshape(-1)
+        if claimed.shape[0] != n:
+            raise ValueError(f"{claimed.shape[0]} logprobs for {n} tokens")
+        if group and size + logits.numel() > GROUP_ELEMENTS:
+            out += _evidence_group(group, temperature)
+            group, size = [], 0
+        group.append((logits, list(token_ids), claimed, seed))
+        size += logits.numel()
+    if group:
+        out += _evidence_group(group, temperature)
+    return out
+
+
+def _evidence_group(group, temperature: float) -> list[SampleEvidence]:
+    lengths = [len(tokens) for _, tokens, _, _ in group]
+    logits = torch.cat([lg.detach().float().cpu() for lg, _, _, _ in group])
+    token_list = [t for _, tokens, _, _ in group for t in tokens]
+    tokens = torch.tensor(token_list, dtype=torch.long)
+    claimed = torch.cat([c for _, _, c, _ in group])
     raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
     err = (claimed - raw).abs()
-    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)  # NaN claims fail
-    at = int(err.argmax())
+    err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err).tolist()  # NaN claims fail
 
     if temperature > 0:
-        gen = torch.Generator().manual_seed(int(seed))
-        noise = torch.stack([gumbel_noise(gen, logits.shape[1]) for _ in range(n)])
-        scores = logits / temperature + noise
+        uniforms = torch.cat([torch.rand((n, logits.shape[1]), generator=torch.Generator().manual_seed(int(seed)),
+                                         dtype=torch.float32) for n, (_, _, _, seed) in zip(lengths, group)])
+        scores = logits / temperature + _gumbel(uniforms)
     else:
         scores = logits
     replay = scores.argmax(-1)
     gaps = scores.gather(1, replay[:, None])[:, 0] - scores.gather(1, tokens[:, None])[:, 0]
-    mismatches = tuple((t, token_ids[t], int(replay[t]), float(gaps[t]))
-                       for t in range(n) if int(replay[t]) != token_ids[t])
+    wrong = set((replay != tokens).nonzero()[:, 0].tolist())
+    replayed, gap_list = (replay.tolist(), gaps.tolist()) if wrong else ([], [])
 
-    surprisal = entropy = variance = 0.0
+    per_token = None
     if temperature > 0:
         logp = torch.log_softmax(logits.double() / temperature, -1)
         p = logp.exp()
         h = -(p * logp).sum(-1)
         var = (p * logp * logp).sum(-1) - h * h
-        surprisal = float(-logp.gather(1, tokens[:, None]).sum())
-        entropy, variance = float(h.sum()), float(var.clamp_min(0).sum())
-    return SampleEvidence(float(err[at]), at, mismatches, surprisal, entropy, variance)
+        per_token = ((-logp.gather(1, tokens[:, None])[:, 0]).tolist(), h.tolist(), var.clamp_min(0).tolist())
+
+    out, start = [], 0
+    for n in lengths:
+        span = range(start, start + n)
+        at = max(range(n), key=lambda t: err[start + t])  # the first largest error, as argmax
+        mismatches = tuple((t, token_list[start + t], replayed[start + t], gap_list[start + t])
+                           for t in range(n) if start + t in wrong)
+        sums = [math.fsum(values[k] for k in span) for values in per_token] if per_token else [0.0, 0.0, 0.0]
+        out.append(SampleEvidence(err[start + at], at, mismatches, *sums))
+        start += n
+    return out
+
+
+def _gumbel(u: torch.Tensor) -> torch.Tensor:
+    """Gumbel(0, 1) from uniforms, elementwise (the transform of `gumbel_noise`)."""
+    return -torch.log(-torch.log(u.clamp_min(1e-20)))
 
 
 def sample_failure(ev: SampleEvidence, th: SamplingThresholds, replay: bool = True) -> str | None:

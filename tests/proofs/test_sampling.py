@@ -90,3 +90,35 @@ def test_surprisal_z_separates_sampled_from_greedy_tokens(task, honest_batch):
                                        c.logprobs, 0, 1.0)
               for c in task.backend(task.model).generate(prompts, 1, task.rules.max_new_tokens, 0.0, [])]
     assert sampling.batch_z(greedy) < -task.validator.sampling.max_abs_z
+
+
+def test_one_draw_of_n_rows_is_the_n_per_token_draws():
+    """The batched replay draws a completion's noise in one call; the worker drew it token by token."""
+    from trainer.inference import gumbel_noise
+
+    for vocab in (16, 49152):
+        a, b = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
+        rows = torch.stack([gumbel_noise(a, vocab) for _ in range(9)])
+        assert torch.equal(sampling._gumbel(torch.rand((9, vocab), generator=b)), rows)
+        assert torch.equal(torch.rand(4, generator=a), torch.rand(4, generator=b))  # same state after
+
+
+def test_batched_evidence_is_each_samples_own(task, honest_batch, monkeypatch):
+    """Evidence for a whole batch (in several groups) equals evidence sample by sample, tampered
+    samples included: the same mismatches and logprob errors, sums equal to float rounding."""
+    samples, claim = honest_batch
+    s = next(x for x in samples if not x.finished)
+    tampered = [adv.tamper_last_token(task.model, s, task.rules.vocab_size, task.rules.eos_id),
+                replace(samples[1], logprobs=[x + 1e-2 for x in samples[1].logprobs])]
+    items = []
+    for x in list(samples) + tampered:
+        seed = sample_seed(task.rules.task_id, claim.worker_key, claim.version, x.prompt_index, x.sample_index)
+        items.append((forward(task.model, x.prompt_ids, x.token_ids)[0], x.token_ids, x.logprobs, seed))
+    monkeypatch.setattr(sampling, "GROUP_ELEMENTS", 3 * 8 * task.model.config.vocab_size)
+    many = sampling.sample_evidence_many(items, task.rules.temperature)
+    one = [sampling.sample_evidence(*item, task.rules.temperature) for item in items]
+    assert [e.mismatches for e in many] == [e.mismatches for e in one]
+    assert any(e.mismatches for e in many) and max(e.max_logprob_err for e in many) > 1e-3
+    for a, b in zip(many, one):
+        assert (a.max_logprob_err, a.logprob_err_at) == (b.max_logprob_err, b.logprob_err_at)
+        assert math.isclose(a.surprisal, b.surprisal, rel_tol=1e-12) and math.isclose(a.entropy, b.entropy)
