@@ -37,7 +37,8 @@ from trainer.blobdir import BlobDir, BlobError
 from trainer.envs import get_env
 from trainer.grpo import grpo_step, lr_at, make_optimizer
 from trainer.inference import TorchBackend, sample_seed
-from trainer.policy import PolicyError, base_model, is_builtin, load_state, load_weights, weights_bytes
+from trainer.policy import (PolicyError, base_model, is_builtin, load_state, load_weights, weights_bytes,
+                            weights_state)
 from trainer.rollout import accuracy, completion_text, score
 from trainer.taskconfig import ParamError, grpo_config, int_param, warmup_config
 from trainer.train_batch import build_batch
@@ -152,7 +153,7 @@ class JobWorker:
             max_new = grpo_config(params).max_new_tokens
             stats["heldout_greedy"] = _env_call(task.env, "scoring held-out prompts", lambda: accuracy(
                 env, tokenizer, backend, n_eval, temperature=0.0, max_new_tokens=max_new))
-        digest, size, manifest = self.versions.publish(task, state_of_blob(weights_bytes(model)))
+        digest, size, manifest = self.versions.publish(task, weights_state(model))
         load_weights(model, self.blobs.read(digest))  # peers run the version as rebuilt from its shards
         self._templates.setdefault(task.model, (model, tokenizer))
         self._remember(digest, model, tokenizer)
@@ -325,8 +326,7 @@ class JobWorker:
         if built.batch is not None:
             stats.update(grpo_step(st.model, st.optimizer, built.batch, cfg))
         stats["grpo_s"] = time.monotonic() - t0  # the rest of train_s packs and saves the version
-        master = weights_bytes(st.model)
-        digest, size, manifest = self.versions.publish(task, state_of_blob(master), job.weights,
+        digest, size, manifest = self.versions.publish(task, weights_state(st.model), job.weights,
                                                        job.parent_root, job.parent_depth)
         path, version = self._state_path(task.task_id), job.version + 1
         trainstate.save_version(path, version, digest)
@@ -338,7 +338,7 @@ class JobWorker:
         now = time.monotonic()
         if st.saved_at is None or now - st.saved_at >= self.save_every:
             st.saved_at = now
-            self._later(lambda: self._save_trainer(path, st, master))
+            self._later(lambda: self._save_trainer(path, st, weights_bytes(st.model)))
         stats["train_s"] = time.monotonic() - t0
         return jobs.VersionResult(st.version, digest, size, stats, manifest)
 
@@ -383,7 +383,10 @@ class JobWorker:
             self._policies.move_to_end(digest)
             return self._policies[digest]
         template, tokenizer = self._template(name)
-        model = copy.deepcopy(template)
+        # a full cache hands its oldest model over to the new version (loading weights into it costs
+        # a fraction of copying the template, once per version on every worker and validator)
+        reuse = self._policies.popitem(last=False)[1] if len(self._policies) >= POLICY_CACHE else None
+        model = reuse[0] if reuse is not None and reuse[1] is tokenizer else copy.deepcopy(template)
         unpacked = self.versions.unpacked(digest)  # just rebuilt by an unpack job here: already parsed
         if unpacked is not None:
             load_state(model, unpacked)

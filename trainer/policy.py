@@ -54,6 +54,13 @@ def weights_bytes(model: torch.nn.Module) -> bytes:
     several names (tied embeddings) is stored under its first name only."""
     from safetensors.torch import save
 
+    return save(weights_state(model), metadata={"format": "pt"})
+
+
+def weights_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """What `weights_bytes` stores, as tensors: float32 on the CPU, tied tensors once. Where the
+    model already is float32 on the CPU these are views of its live parameters (no copy), so use
+    them before the model changes."""
     tensors, seen = {}, set()
     for key, value in model.state_dict().items():
         ident = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape))
@@ -62,7 +69,7 @@ def weights_bytes(model: torch.nn.Module) -> bytes:
         seen.add(ident)
         t = value.detach().to("cpu")
         tensors[key] = (t.float() if t.is_floating_point() else t).contiguous()
-    return save(tensors, metadata={"format": "pt"})
+    return tensors
 
 
 def load_weights(model: torch.nn.Module, data: bytes) -> None:

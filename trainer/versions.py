@@ -65,13 +65,24 @@ def _master_record(state_path: Path) -> tuple[bytes, bytes] | None:
 
 def published_blob(tensors: dict[str, torch.Tensor], dtype: str) -> bytes:
     """The weights blob of a version as peers rebuild it: floats rounded to `dtype`, stored as float32."""
-    from safetensors.torch import save
+    return blob_of(published_state(tensors, dtype))
 
+
+def published_state(tensors: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
+    """The tensors `published_blob` stores, never sharing memory with the input (which may be a
+    live model's parameters: the trainer keeps these as the next delta's parent)."""
     out = {}
     for name in sorted(tensors):
         t = carried(tensors[name], dtype)
-        out[name] = (t.float() if t.is_floating_point() else t).contiguous()
-    return save(out, metadata={"format": "pt"})
+        t = (t.float() if t.is_floating_point() else t).contiguous()
+        out[name] = t.clone() if t.data_ptr() == tensors[name].data_ptr() else t
+    return out
+
+
+def blob_of(state: dict[str, torch.Tensor]) -> bytes:
+    from safetensors.torch import save
+
+    return save(state, metadata={"format": "pt"})
 
 
 def pack_settings(params) -> tuple[int, int, int, str]:
@@ -113,9 +124,10 @@ class Versions:
                               parent_depth=parent_depth, full_every=full_every)
         for shard in packed.shards:
             self.shards.write(shard)
-        data = published_blob(tensors, dtype)
+        state = published_state(tensors, dtype)
+        data = blob_of(state)
         digest = self.blobs.write(data)
-        self._last[task.task_id] = (packed.root, state_of_blob(data))
+        self._last[task.task_id] = (packed.root, state)
         return digest, len(data), message_fields(packed)
 
     def save_master(self, state_path: Path, published: bytes, master: bytes) -> None:
@@ -149,21 +161,22 @@ class Versions:
             tensors = unpack_version(manifest_fields(m), shards, parent)
         except WeightsError as exc:
             raise VersionError(f"version {job.version} does not rebuild: {exc}") from None
-        data = published_blob(tensors, m.dtype)
+        state = published_state(tensors, m.dtype)
+        data = blob_of(state)
         digest = self.blobs.write(data)
-        self._remember(digest, data)
+        self._remember(digest, state, len(data))
         return jobs.VersionResult(job.version, digest, len(data))
 
     def unpacked(self, digest: bytes) -> dict[str, torch.Tensor] | None:
         """The parsed tensors of a weights blob this process rebuilt recently (never modify them)."""
         return self._unpacked.get(bytes(digest))
 
-    def _remember(self, digest: bytes, data: bytes) -> None:
-        if len(data) > UNPACKED_CACHE_BYTES // 2:
+    def _remember(self, digest: bytes, state: dict[str, torch.Tensor], size: int) -> None:
+        if size > UNPACKED_CACHE_BYTES // 2:
             return  # a large model: rereading the blob is the lesser cost
-        self._unpacked[bytes(digest)] = state_of_blob(data)
+        self._unpacked[bytes(digest)] = state
         self._unpacked.move_to_end(bytes(digest))
-        while len(self._unpacked) * len(data) > UNPACKED_CACHE_BYTES:
+        while len(self._unpacked) * size > UNPACKED_CACHE_BYTES:
             self._unpacked.popitem(last=False)
 
 

@@ -142,3 +142,17 @@ def test_manifest_fields_are_plain_and_survive_msgpack():
     assert parse_manifest(back).root == p1.root
     assert len(p1.shards) > 1 and all(len(s) == 1024 for s in p1.shards[:-1])
     assert unpack_version(back, list(p1.shards), model(0)).keys() == model(0).keys()
+
+
+@pytest.mark.parametrize("itemsize", [1, 2, 4, 8])
+@pytest.mark.parametrize("words", [0, 1, 1000])
+def test_byte_shuffle_is_the_plane_transpose(itemsize, words):
+    """The wire layout: plane j holds byte j of every word (what peers already exchange)."""
+    import numpy as np
+
+    from trainer.weights.tensors import shuffle, unshuffle
+
+    raw = np.random.default_rng(words).integers(0, 256, itemsize * words, dtype=np.uint8)
+    planes = shuffle(raw, itemsize)
+    assert np.array_equal(planes, raw.reshape(-1, itemsize).T)
+    assert np.array_equal(unshuffle(planes.reshape(-1), itemsize), raw)

