@@ -15,6 +15,7 @@ from pathlib import Path
 from node.fsutil import write_atomic
 
 STALE_TMP_S = 3600.0
+RESCAN_S = 10.0
 
 
 def blob_hash(data: bytes) -> bytes:
@@ -22,10 +23,21 @@ def blob_hash(data: bytes) -> bytes:
 
 
 class BlobStore:
-    def __init__(self, root: Path, max_bytes: int = 4 << 30) -> None:
+    """The byte cap is held against an index of what the store holds: its own writes and deletions
+    are counted as they happen, and the directory is scanned again (for what the job process wrote
+    behind its back) at most every `rescan_every` seconds. Scanning on every put cost a trainer's
+    node a fifth of its CPU once a run had left a few thousand rollout batches behind."""
+
+    def __init__(self, root: Path, max_bytes: int = 4 << 30, rescan_every: float = RESCAN_S,
+                 clock=time.monotonic) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
+        self.rescan_every = rescan_every
+        self._clock = clock
+        self._index: dict[str, tuple[float, int]] = {}  # file name -> (mtime, size)
+        self._total = 0
+        self._scanned_at: float | None = None
 
     def _path(self, digest: bytes) -> Path:
         return self.root / digest.hex()
@@ -37,7 +49,8 @@ class BlobStore:
             return None
         if not self._path(digest).exists():
             write_atomic(self._path(digest), data)
-            self._evict()
+            self._count(digest.hex(), time.time(), len(data))
+            self._hold_cap()
         return digest
 
     def get(self, digest: bytes) -> bytes | None:
@@ -58,13 +71,38 @@ class BlobStore:
         for digest in digests:
             if len(digest) == 32 and self._path(digest).exists():
                 self._path(digest).unlink(missing_ok=True)
+                self._forget(digest.hex())
                 removed += 1
-        self._evict()
+        self._hold_cap()
         return removed
 
-    def _evict(self) -> None:
-        """Oldest first down to `max_bytes`; temp files a killed writer left behind go after an hour."""
-        entries, now = [], time.time()
+    def _count(self, name: str, mtime: float, size: int) -> None:
+        self._forget(name)
+        self._index[name] = (mtime, size)
+        self._total += size
+
+    def _forget(self, name: str) -> None:
+        old = self._index.pop(name, None)
+        if old is not None:
+            self._total -= old[1]
+
+    def _hold_cap(self) -> None:
+        """Oldest first down to `max_bytes` (after a rescan when one is due)."""
+        now = self._clock()
+        if self._scanned_at is None or now - self._scanned_at >= self.rescan_every:
+            self._scan()
+            self._scanned_at = now
+        if self._total <= self.max_bytes:
+            return
+        for mtime, name in sorted((mtime, name) for name, (mtime, _) in self._index.items()):
+            if self._total <= self.max_bytes:
+                break
+            (self.root / name).unlink(missing_ok=True)
+            self._forget(name)
+
+    def _scan(self) -> None:
+        """Index the directory afresh; temp files a killed writer left behind go after an hour."""
+        self._index, self._total, now = {}, 0, time.time()
         for e in os.scandir(self.root):
             try:
                 if not e.is_file():
@@ -74,13 +112,6 @@ class BlobStore:
                     if now - st.st_mtime > STALE_TMP_S:
                         os.unlink(e.path)
                     continue
-                entries.append((st.st_mtime, e.name, st.st_size))
+                self._count(e.name, st.st_mtime, st.st_size)
             except FileNotFoundError:
                 continue  # deleted meanwhile (a job process, a concurrent drop)
-        entries.sort()
-        total = sum(size for _, _, size in entries)
-        for _, name, size in entries:
-            if total <= self.max_bytes:
-                break
-            (self.root / name).unlink(missing_ok=True)
-            total -= size

@@ -4,7 +4,7 @@ for files the job process wrote behind its back."""
 import os
 import time
 
-from node.blobstore import STALE_TMP_S, BlobStore, blob_hash
+from node.blobstore import RESCAN_S, STALE_TMP_S, BlobStore, blob_hash
 
 
 def test_put_checks_the_hash_and_get_reads_back(tmp_path):
@@ -15,8 +15,17 @@ def test_put_checks_the_hash_and_get_reads_back(tmp_path):
     assert store.get(b"short") is None
 
 
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
 def test_drop_deletes_released_weights_and_holds_the_cap(tmp_path):
-    store = BlobStore(tmp_path, max_bytes=3000)
+    clock = Clock()
+    store = BlobStore(tmp_path, max_bytes=3000, clock=clock)
     old, kept = store.put(b"o" * 1000), store.put(b"k" * 1000)
     # a job process writes blobs straight into the directory (trainer/blobdir.py), past the cap
     written = []
@@ -25,9 +34,36 @@ def test_drop_deletes_released_weights_and_holds_the_cap(tmp_path):
         (tmp_path / blob_hash(data).hex()).write_bytes(data)
         os.utime(tmp_path / blob_hash(data).hex(), (time.time() + i + 1,) * 2)  # newer than old and kept
         written.append(blob_hash(data))
+    clock.now += RESCAN_S  # the store looks at the directory again
     assert store.drop([old, b"\x00" * 32]) == 1 and not store.has(old)
     # 4,000 bytes left for a 3,000 byte cap: the oldest (kept) goes, the job's newer blobs stay
     assert not store.has(kept) and all(store.has(d) for d in written)
+
+
+def test_the_cap_holds_between_scans_and_the_directory_is_scanned_only_when_due(tmp_path, monkeypatch):
+    """Its own puts and drops are counted as they happen; a scan (for the job's writes) is due only
+    every RESCAN_S seconds, however many blobs arrive."""
+    import node.blobstore as blobstore
+
+    scans = []
+    real = os.scandir
+    monkeypatch.setattr(blobstore.os, "scandir", lambda path: scans.append(path) or real(path))
+    clock = Clock()
+    store = BlobStore(tmp_path, max_bytes=2500, clock=clock)
+    digests = []
+    for i in range(5):
+        digests.append(store.put(bytes([i]) * 1000))
+        os.utime(tmp_path / digests[-1].hex(), (time.time() + i,) * 2)
+    assert len(scans) == 1, "one scan for five puts"
+    assert [store.has(d) for d in digests] == [False, False, False, True, True]
+    job = tmp_path / blob_hash(b"j" * 1000).hex()
+    job.write_bytes(b"j" * 1000)  # the job process's newest blob, unseen until a scan
+    os.utime(job, (time.time() + 10,) * 2)
+    store.drop([])
+    assert len(scans) == 1 and store.has(digests[3])
+    clock.now += RESCAN_S
+    store.drop([])
+    assert len(scans) == 2 and not store.has(digests[3]) and store.has(blob_hash(b"j" * 1000))
 
 
 def test_stale_temp_files_of_a_killed_writer_are_removed(tmp_path):
