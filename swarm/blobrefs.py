@@ -1,7 +1,7 @@
 """Which roles still use which blobs, so a blob is deleted once the last of them lets go.
 
-Weights blobs are the big ones (12 MB per version of the built-in model, 540 MB for SmolLM2 in
-float32) and every version makes one on every peer: without this a 900 s `swarm-node local` run
+Weights blobs are the big ones (5 MB per version of the built-in model, 270 MB for SmolLM2, stored
+in bf16) and every version makes one on every peer: without this a 900 s `swarm-node local` run
 kept 5.6 GB of old versions per worker. A worker's and a validator's followers in one peer hold the
 same versions, so a blob goes only when no owner holds it (`DropBlobs`).
 """
