@@ -112,13 +112,15 @@ class WorkerRole(Role):
         times slower). The first version we serve gets async_level + 1 shares: its backlog primes the
         async window (the trainer steps on older rollouts while we generate for the newest version),
         and no step after version + async_level may train on it, so more is waste (an uncapped first
-        version had 36 of its batches dropped at the start of a bench run). A worker left waiting for
-        STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
+        version had 36 of its batches dropped at the start of a bench run). When the step's batches do
+        not divide evenly, the extra ones go to other workers from one version to the next (the rank
+        rotates with the version), so no worker is always the one left idle or doing two. A worker left
+        waiting for STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
         peers, me = self.core.membership.peers, self.core.peer_id
         workers = sorted({me} | {p for p in self.core.membership.alive_peers() if "worker" in peers[p].roles})
         commits = -(-state.params.prompts_per_step // state.params.prompts_per_commit)
         base, rest = divmod(commits, len(workers))
-        share = base + (1 if workers.index(me) < rest else 0)
+        share = base + (1 if (workers.index(me) - version) % len(workers) < rest else 0)
         if version == state.first_version:
             return min(state.params.max_batches_per_version, (state.async_level + 1) * max(share, 1))
         return share

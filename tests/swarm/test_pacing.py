@@ -71,9 +71,13 @@ def test_workers_split_each_version_and_a_stalled_worker_makes_more():
     # the first version primes the async window: async_level + 1 = 3 shares (at least one batch) each,
     # never the uncapped backlog that went stale unread
     assert [per_version[(w.peer_id, 0)] for w in workers] == [3, 3, 3]
-    for version in range(2, newest - 1):  # settled versions after the first one
+    settled = range(2, newest - 1)  # versions after the first one
+    for version in settled:
         counts = [per_version[(w.peer_id, version)] for w in workers]
         assert sum(counts) == 2 and max(counts) == 1, (version, counts)  # 2 commitments, one each, ranked
+    # the rank rotates with the version: each worker sits out one version in three, none every one
+    idle = Counter(w.peer_id for version in settled for w in workers if not per_version[(w.peer_id, version)])
+    assert len(settled) >= 3 and len(idle) == 3 and max(idle.values()) - min(idle.values()) <= 1
 
     # the trainer stops publishing (its train jobs fail): a worker at its share waits STALL_AFTER,
     # then makes one more batch for the same version
