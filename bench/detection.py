@@ -9,11 +9,17 @@ cheat is the same recipe from seed 1); "smollm2" is SmolLM2-135M-Instruct on cha
 (the other-model cheat is SmolLM2 with its upper half of layers dropped: a cheaper model with
 the same tokenizer).
 
-Calibration (--calibrate) runs honest workers in two settings and the low-precision cheats:
+Calibration (--calibrate) runs honest workers in three settings and the low-precision cheats:
   honest-exact  the validator's own weights and numerics (what this CPU gives: errors are 0)
   honest-noise  weights times (1 + 2**-20 N(0,1)): about 8 fp32 ulps of relative error, standing
                 in for an honest worker on other hardware (other BLAS, batch shapes, fp32 GPU
                 kernels without TF32), which changes results by float noise only
+  honest-sharp  honest-noise on a sharper policy (final norm times SHARPEN, so logits 4x, as
+                training makes them), checked by a validator holding that policy: logprob bounds
+                are relative to the logit scale, and this shows they hold as the policy sharpens
+  honest-trained  (built-in model only) honest-noise on the policy after TRAINED_STEPS steps of
+                GRPO (trainer/single.py): training grows the activations inside the model too, and
+                its honest noise over the logit scale was twice the sharpened model's
   bf16, int8    the low-precision cheats, the closest dishonest distributions
 and derives each threshold from the largest honest value H and the smallest low-precision value D
 (see `derive`). Detection then uses the thresholds stored in proofs/calibration/<model>.json on
@@ -47,6 +53,8 @@ from proofs import sampling, toploc  # noqa: E402
 from proofs.checks import Rules, Validator, check_batch, content_digest, forward_many  # noqa: E402
 
 NOISE = 2.0 ** -20
+SHARPEN = 4.0
+TRAINED_STEPS = 300
 WORKER = bytes(range(32))
 
 
@@ -133,10 +141,33 @@ def noisy(model, rel: float, seed: int = 0):
     return q
 
 
-def measure(setup: Setup, samples, claim) -> dict:
+def sharpened(model, factor: float):
+    """The policy with every logit times `factor` (its final norm scaled): what training does to a
+    policy's confidence, without training it."""
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        q.model.norm.weight.mul_(factor)
+    return q
+
+
+def trained(setup: Setup):
+    """The built-in policy after TRAINED_STEPS seeded GRPO steps (None for other models)."""
+    if setup.name != "builtin":
+        return None
+    from trainer.grpo import GRPOConfig
+    from trainer.single import SingleConfig, run_single
+
+    print(f"calibrating {setup.name}: training a policy for {TRAINED_STEPS} GRPO steps", file=sys.stderr)
+    model = copy.deepcopy(setup.model)
+    run_single(model, setup.tok, setup.env, SingleConfig(grpo=GRPOConfig(), seconds=math.inf,
+                                                         max_steps=TRAINED_STEPS, eval_every=0))
+    return model.eval()
+
+
+def measure(setup: Setup, samples, claim, validator_model=None) -> dict:
     """Every statistic a threshold applies to, without stopping at the first failure."""
     stats = {"exp": [], "mean": [], "median": [], "logprob": [], "ties": [], "gap": [], "evidence": []}
-    prefills = forward_many(setup.model, [(s.prompt_ids, s.token_ids) for s in samples])
+    prefills = forward_many(validator_model or setup.model, [(s.prompt_ids, s.token_ids) for s in samples])
     for s, (logits, hidden) in zip(samples, prefills):
         for c in toploc.verify_chunks(s.proof, hidden):
             stats["exp"].append(c.exp_mismatches)
@@ -203,22 +234,29 @@ def rederive(record: dict) -> dict:
     """Thresholds from a calibration record's stored distributions under the current `derive` rule:
     derive needs only the honest maxima, the low-precision minima and the honest z extremes."""
     dist = record["distributions"]
-    honest = {k: [max(dist[g][k]["max"] for g in ("honest-exact", "honest-noise"))] for k in dist["honest-exact"]}
-    honest["z"] = [dist[g]["z"][e] for g in ("honest-exact", "honest-noise") for e in ("min", "max")]
+    groups = [g for g in dist if g.startswith("honest")]
+    honest = {k: [max(dist[g][k]["max"] for g in groups)] for k in dist["honest-exact"]}
+    honest["z"] = [dist[g]["z"][e] for g in groups for e in ("min", "max")]
     lowprec = {k: [min(dist[g][k]["min"] for g in ("bf16", "int8"))] for k in dist["bf16"]}
     th, notes = derive(honest, lowprec, record["setup"]["temperature"])
     return {**record, "thresholds": th, "notes": notes, "rule": derive.__doc__.strip()}
 
 
 def calibrate(setup: Setup, batches: int) -> dict:
-    groups = {"honest-exact": setup.model, "honest-noise": noisy(setup.model, NOISE),
-              "bf16": adv.bf16_copy(setup.model), "int8": adv.int8_copy(setup.model), "other-model": setup.other}
+    sharp = sharpened(setup.model, SHARPEN)
+    groups = {"honest-exact": (setup.model, None), "honest-noise": (noisy(setup.model, NOISE), None),
+              "honest-sharp": (noisy(sharp, NOISE), sharp), "bf16": (adv.bf16_copy(setup.model), None),
+              "int8": (adv.int8_copy(setup.model), None), "other-model": (setup.other, None)}
+    policy = trained(setup)
+    if policy is not None:
+        groups["honest-trained"] = (noisy(policy, NOISE), policy)
     measured = {}
-    for name, model in groups.items():
+    for name, (model, validator_model) in groups.items():
         n = batches if name.startswith("honest") else max(2, batches // 4)
         print(f"calibrating {setup.name}: {name}, {n} batches", file=sys.stderr)
-        measured[name] = merge([measure(setup, *setup.honest(model, 1000 + b // 4, b % 4)) for b in range(n)])
-    honest = merge([measured["honest-exact"], measured["honest-noise"]])
+        measured[name] = merge([measure(setup, *setup.honest(model, 1000 + b // 4, b % 4), validator_model)
+                                for b in range(n)])
+    honest = merge([m for g, m in measured.items() if g.startswith("honest")])
     lowprec = merge([measured["bf16"], measured["int8"]])
     th, notes = derive(honest, lowprec, setup.rules.temperature)
     return {"model": setup.model_name, "thresholds": th, "notes": notes,

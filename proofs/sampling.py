@@ -6,15 +6,20 @@ has no activation after it at all. So for every generated position (the last inc
 validator takes its own logits from one prefill and checks three things:
 
 1. Logprobs: the claimed raw (temperature-1) logprob of each token equals log_softmax(logits) at
-   that token within `max_logprob_err`. GRPO's importance ratios use these numbers, and a worker
-   running another precision or model cannot match them.
+   that token within `max_logprob_err` times the position's logit scale max(1, max_j |logit_j|).
+   GRPO's importance ratios use these numbers, and a worker running another precision or model
+   cannot match them. The bound is relative because honest float noise is: logits computed in
+   another order differ by a few ulps of their own size, and a trained policy's logits are ten
+   times the base model's (the built-in model's honest errors went from 7e-7 to 1.4e-5, a constant
+   1.6-2.4e-6 of the largest logit; an absolute bound calibrated on the base model banned an
+   honest worker 1,100 versions into a run).
 2. Replay: workers sample with Gumbel-max from a per-sample `torch.Generator` seeded with
    `gossip.assignment.sample_seed(task, worker, version, prompt, sample)`: token t is
    argmax(logits_t / T + g_t) where g_t is the generator's t-th Gumbel vector. The validator
    regenerates g_t from the seed it computes itself and requires the same argmax. Its logits differ
    from the worker's only by float noise (KV-cache vs full prefill, batch shapes), so a mismatch
-   is excused only as a near-tie: the claimed token's score is within `max_tie_gap` of the winner's,
-   and at most `max_tie_mismatches` such ties per sample. Any other mismatch means the token was not
+   is excused only as a near-tie: the claimed token's score is within `max_tie_gap` (times the logit
+   scale, as above) of the winner's, and at most `max_tie_mismatches` such ties per sample. Any other mismatch means the token was not
    drawn with that seed from that model.
 3. Implausibility (backstop when replay is off, e.g. vLLM's own sampler): over a whole batch, the
    total surprisal -log p_T(x_t) of the tokens is compared with its expectation sum(H_t) under
@@ -45,8 +50,8 @@ def gumbel_noise(generator: torch.Generator, vocab_size: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class SamplingThresholds:
-    max_logprob_err: float  # |claimed - recomputed| raw logprob, any token
-    max_tie_gap: float  # score gap (logits/T units) under which a replay mismatch is a near-tie
+    max_logprob_err: float  # |claimed - recomputed| raw logprob over the logit scale, any token
+    max_tie_gap: float  # score gap (logits/T units, over the logit scale) under which a mismatch is a near-tie
     max_tie_mismatches: int  # near-tie mismatches allowed per sample
     max_abs_z: float  # batch surprisal z-score bound
 
@@ -61,9 +66,9 @@ def thresholds_for(model: str) -> SamplingThresholds:
 class SampleEvidence:
     """Per-sample numbers (what calibration records and what a failing verdict publishes)."""
 
-    max_logprob_err: float
+    max_logprob_err: float  # the largest |claimed - recomputed| logprob over its position's logit scale
     logprob_err_at: int  # position of the largest logprob error
-    mismatches: tuple[tuple[int, int, int, float], ...]  # (position, claimed, replayed, gap)
+    mismatches: tuple[tuple[int, int, int, float], ...]  # (position, claimed, replayed, gap over the scale)
     surprisal: float  # sum over tokens of -log p_T(token)
     entropy: float  # sum over tokens of H(p_T)
     variance: float  # sum over tokens of Var(-log p_T)
@@ -118,7 +123,8 @@ def _evidence_group(group, temperature: float) -> list[SampleEvidence]:
     tokens = torch.tensor(token_list, dtype=torch.long)
     claimed = torch.cat([c for _, _, c, _ in group])
     raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
-    err = (claimed - raw).abs()
+    scale = logits.abs().amax(-1).clamp_min(1.0)  # honest float noise grows with the logits (see 1.)
+    err = (claimed - raw).abs() / scale
     err = torch.where(torch.isnan(err), torch.full_like(err, math.inf), err).tolist()  # NaN claims fail
 
     if temperature > 0:
@@ -128,7 +134,7 @@ def _evidence_group(group, temperature: float) -> list[SampleEvidence]:
     else:
         scores = logits
     replay = scores.argmax(-1)
-    gaps = scores.gather(1, replay[:, None])[:, 0] - scores.gather(1, tokens[:, None])[:, 0]
+    gaps = (scores.gather(1, replay[:, None])[:, 0] - scores.gather(1, tokens[:, None])[:, 0]) / scale
     wrong = set((replay != tokens).nonzero()[:, 0].tolist())
     replayed, gap_list = (replay.tolist(), gaps.tolist()) if wrong else ([], [])
 

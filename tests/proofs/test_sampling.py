@@ -122,3 +122,24 @@ def test_batched_evidence_is_each_samples_own(task, honest_batch, monkeypatch):
     for a, b in zip(many, one):
         assert (a.max_logprob_err, a.logprob_err_at) == (b.max_logprob_err, b.logprob_err_at)
         assert math.isclose(a.surprisal, b.surprisal, rel_tol=1e-12) and math.isclose(a.entropy, b.entropy)
+
+
+def test_the_logprob_bound_is_relative_to_the_logit_scale():
+    """Honest float noise grows with the logits (a trained policy's are ~10x the base model's), so a
+    logprob error counts in units of the position's largest |logit| (at least 1)."""
+    g = torch.Generator().manual_seed(3)
+    logits = torch.rand((5, 16), generator=g) * 2 - 1  # |logit| <= 1: the scale is 1
+    tokens = [1, 2, 3, 4, 5]
+    exact = torch.log_softmax(logits, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+    for k in (1.0, 10.0, 100.0):
+        sharp = logits * k
+        exact_k = torch.log_softmax(sharp, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+        scale = sharp.abs().amax(-1).clamp_min(1.0)
+        noisy = exact_k + 3e-6 * scale  # the same relative noise at every sharpness
+        ev = sampling.sample_evidence(sharp, tokens, noisy, 0, 0.0)
+        assert math.isclose(ev.max_logprob_err, 3e-6, rel_tol=0.05), k
+    off = exact + 1e-4  # one absolute error: far off for a flat policy, float noise for a sharp one
+    assert sampling.sample_evidence(logits, tokens, off, 0, 0.0).max_logprob_err > 9e-5
+    sharp = logits * 100
+    off_sharp = torch.log_softmax(sharp, -1).gather(1, torch.tensor(tokens)[:, None])[:, 0] + 1e-4
+    assert sampling.sample_evidence(sharp, tokens, off_sharp, 0, 0.0).max_logprob_err < 2e-6
