@@ -150,10 +150,13 @@ def _swarm_facts(base: Path, peers: int, t0: float, versions: list[dict], copied
     for r in read_records(trainer, "rollout-dropped"):
         dropped[r.get("reason", "?")] = dropped.get(r.get("reason", "?"), 0) + 1
     failed: dict[str, int] = {}
+    bans = []  # every peer here is honest: any ban is a false accusation (and costs the swarm a worker)
     for i in range(peers):
         for r in read_records(base / "swarm" / f"peer{i}", "job-failed"):
             key = f"{r.get('kind')}: {str(r.get('error'))[:80]}"
             failed[key] = failed.get(key, 0) + 1
+        bans += [{"by": f"peer{i}", "peer": r.get("peer"), "reason": r.get("reason"), "wall_s": round(r["ts"] - t0, 1)}
+                 for r in read_records(base / "swarm" / f"peer{i}", "peer-banned")]
     by_version = {r["version"]: r for r in versions}
     points = []
     for version, path in sorted(copied.items()):
@@ -170,7 +173,7 @@ def _swarm_facts(base: Path, peers: int, t0: float, versions: list[dict], copied
         "commitments": len(commits), "completions_sampled": per_commit * len(commits),
         "completions_trained": int(versions[-1].get("completions", 0)) if versions else 0,
         "rollouts_trained": sum(1 for _ in read_records(trainer, "rollout-trained")),
-        "rollouts_dropped": dropped, "jobs_failed": failed,
+        "rollouts_dropped": dropped, "jobs_failed": failed, "honest_peers_banned": bans,
         "trainer_train_s_mean": mean("train_s"), "completions_used_mean": mean("completions_used"),
         "seconds_per_version": round((end - t0) / max(1, len(steps)), 2) if steps else None,
         "exit_code": exit_code, "sigint_stop_s": stop_s,
