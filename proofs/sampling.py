@@ -19,8 +19,8 @@ validator takes its own logits from one prefill and checks three things:
    regenerates g_t from the seed it computes itself and requires the same argmax. Its logits differ
    from the worker's only by float noise (KV-cache vs full prefill, batch shapes), so a mismatch
    is excused only as a near-tie: the claimed token's score is within `max_tie_gap` (times the logit
-   scale, as above) of the winner's, and at most `max_tie_mismatches` such ties per sample. Any other mismatch means the token was not
-   drawn with that seed from that model.
+   scale, as above) of the winner's, and at most `max_tie_mismatches` such ties per sample. Any
+   other mismatch means the token was not drawn with that seed from that model.
 3. Implausibility (backstop when replay is off, e.g. vLLM's own sampler): over a whole batch, the
    total surprisal -log p_T(x_t) of the tokens is compared with its expectation sum(H_t) under
    honest sampling at temperature T; z = (sum s - sum H) / sqrt(sum Var) beyond `max_abs_z` is

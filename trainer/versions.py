@@ -8,9 +8,9 @@ like blobs), and the manifest fields go back to the core, which signs and gossip
 
 What every peer then uses is the version *as reconstructed from the shards*: floats rounded to the
 carried dtype (and stored in it: models widen them as they load). `published_blob` writes that form
-as a weights blob, and
-the trainer uses it too (for its verify jobs), so the trainer checks rollouts against exactly the
-weights workers generated with; its own optimizer keeps the full-precision master weights.
+as a weights blob, and the trainer uses it too (for its verify jobs), so the trainer checks rollouts
+against exactly the weights workers generated with; its own optimizer keeps the full-precision
+master weights.
 
 Task params: `shard_size` (bytes, default 1 MiB), `piece_size` (bytes, a divisor of `shard_size`:
 what peers request and relay one by one; default 256 KiB where it divides `shard_size`, else the
