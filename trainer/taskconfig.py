@@ -19,6 +19,9 @@ GRPO_KEYS = {
     "prompts_per_step": ("prompts_per_step", int),
     "lr": ("lr", float),
     "lr_warmup": ("lr_warmup_steps", int),
+    "lr_decay_start": ("lr_decay_start", int),
+    "lr_decay_steps": ("lr_decay_steps", int),
+    "lr_min": ("lr_min", float),
     "clip_low": ("eps_low", float),
     "clip_high": ("eps_high", float),
     "delta": ("delta", float),
@@ -46,7 +49,8 @@ def _value(params, key: str, typ: type):
         return raw
     if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (typ is int and not isinstance(raw, int)):
         raise ParamError(f"task param {key} must be {'an integer' if typ is int else 'a number'}, got {raw!r}")
-    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature", "format_weight", "lr_warmup")):
+    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature", "format_weight", "lr_warmup",
+                                             "lr_decay_start", "lr_decay_steps", "lr_min")):
         raise ParamError(f"task param {key} must be positive, got {raw!r}")
     return typ(raw)
 
@@ -61,7 +65,10 @@ def grpo_config(params) -> GRPOConfig:
     b2 = _value(params, "beta2", float) if "beta2" in params else cfg.betas[1]
     if not (b1 < 1 and b2 < 1):
         raise ParamError(f"task params beta1/beta2 must be below 1, got {b1}, {b2}")
-    return replace(cfg, betas=(b1, b2), **values)
+    out = replace(cfg, betas=(b1, b2), **values)
+    if out.lr_decay_steps and out.lr_min > out.lr:
+        raise ParamError(f"task param lr_min ({out.lr_min}) must not be above lr ({out.lr}): the decay only lowers it")
+    return out
 
 
 def warmup_config(params, seed: int) -> WarmupConfig:

@@ -197,3 +197,19 @@ def test_lr_warmup_ramps_linearly_then_holds():
     assert grpo_config({"lr_warmup": 0}).lr_warmup_steps == 0
     with pytest.raises(ParamError):
         grpo_config({"lr_warmup": 2.5})
+
+
+def test_lr_decay_is_a_cosine_from_lr_to_lr_min_then_holds():
+    cfg = GRPOConfig(lr=4e-5, lr_warmup_steps=2, lr_decay_start=10, lr_decay_steps=100, lr_min=1e-5)
+    # warm-up, constant, then half-way down the cosine at 60, lr_min from 110 on
+    assert [lr_at(cfg, s) for s in (0, 1, 9, 10, 60, 110, 5000)] == pytest.approx(
+        [2e-5, 4e-5, 4e-5, 4e-5, 2.5e-5, 1e-5, 1e-5])
+    assert lr_at(cfg, 35) == pytest.approx(1e-5 + 3e-5 * 0.5 * (1 + math.cos(math.pi / 4)))
+    rates = [lr_at(cfg, s) for s in range(10, 111)]
+    assert all(a > b for a, b in zip(rates, rates[1:]))  # strictly falling through the decay
+    parsed = grpo_config({"lr": 4e-5, "lr_decay_start": 10, "lr_decay_steps": 100, "lr_min": 1e-5})
+    assert (parsed.lr_decay_start, parsed.lr_decay_steps, parsed.lr_min) == (10, 100, 1e-5)
+    with pytest.raises(ParamError, match="lr_min"):
+        grpo_config({"lr": 1e-5, "lr_decay_steps": 100, "lr_min": 2e-5})
+    with pytest.raises(ParamError, match="lr_decay_steps"):
+        grpo_config({"lr_decay_steps": 10.0})
