@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 GLOBAL_TOPICS = ("swarm/1/status", "swarm/1/tasks", "swarm/1/probe")
+REWARD_WINDOW = 10  # steps averaged for the first and the latest mean rollout reward
 JOIN_SETTLE = 10.0  # a peer counts as live for delivery once its incarnation is this old
 
 
@@ -404,11 +406,23 @@ class Training:
         self.jobs: dict[str, int] = {}  # kind -> finished ok
         self.jobs_failed: dict[str, int] = {}
         self.forged_jobs = 0
+        # the mean rollout reward of the first and the latest REWARD_WINDOW steps, and version 0's held-out
+        # greedy accuracy (real jobs measure it): does the policy get better?
+        self.rewards_first: list[float] = []
+        self.rewards_last: deque[float] = deque(maxlen=REWARD_WINDOW)
+        self.base_accuracy: float | None = None
 
     def feed(self, t, peer, kind, f):
         if kind == "emit.version-published":
             self.published += 1
             self.newest = max(self.newest, int(f.get("version", -1)))
+            reward = f.get("reward")
+            if isinstance(reward, (int, float)):  # the mean reward of the rollouts a step trained on
+                if len(self.rewards_first) < REWARD_WINDOW:
+                    self.rewards_first.append(float(reward))
+                self.rewards_last.append(float(reward))
+            if f.get("version") == 0 and isinstance(f.get("heldout_greedy"), (int, float)):
+                self.base_accuracy = float(f["heldout_greedy"])
         elif kind == "emit.version-installed":
             self.installs += 1
         elif kind == "emit.rollout-trained":
@@ -436,7 +450,13 @@ class Training:
                 "rollouts_trained": self.trained, "rollouts_trained_from_adversaries": self.trained_forged,
                 "verdicts": dict(sorted(self.verdicts.items())), "dropped": dict(sorted(self.dropped.items())),
                 "shard_blame": dict(sorted(self.shard_blame.items())), "jobs": dict(sorted(self.jobs.items())),
-                "jobs_failed": dict(sorted(self.jobs_failed.items())), "forged_jobs": self.forged_jobs}
+                "jobs_failed": dict(sorted(self.jobs_failed.items())), "forged_jobs": self.forged_jobs,
+                "reward_first": _mean(self.rewards_first), "reward_last": _mean(self.rewards_last),
+                "base_heldout_greedy": self.base_accuracy}
+
+
+def _mean(values) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
 
 
 class Bytes:

@@ -32,6 +32,7 @@ def _progress(stream):
 
 
 def _summary(result) -> str:
+    from simulator.checkers import REWARD_WINDOW
     m = result.metrics
     d, b = m["delivery"], m["bytes"]
     lines = [f"scenario {result.scenario}  seed {result.seed}  {result.duration:g} s simulated  "
@@ -54,6 +55,10 @@ def _summary(result) -> str:
         lines.append(f"training: newest version {tr['newest_version']}, {tr['rollouts_trained']} rollouts trained "
                      f"({tr['rollouts_trained_from_adversaries']} from adversaries), {tr['installs']} installs, "
                      f"verdicts {json.dumps(tr['verdicts'], sort_keys=True)}")
+        if tr["reward_first"] is not None:
+            base = tr["base_heldout_greedy"]
+            lines.append(f"mean rollout reward: {tr['reward_first']:.3f} over the first {REWARD_WINDOW} steps, "
+                         f"{tr['reward_last']:.3f} over the latest {REWARD_WINDOW}" + (f" (version 0 held-out greedy accuracy {base:.3f})" if base is not None else ""))
     for name, check in result.checks.items():
         req = name in result.required
         mark = ("PASS" if check.ok else "FAIL") if req else ("pass" if check.ok else "info")

@@ -16,6 +16,10 @@ shard) are a new object and are hashed for real.
 
 Every table here is bounded (LRU); what falls out is regenerated from its recipe, or, for a recipe
 that fell out, answered as missing.
+
+In a scenario whose roles' jobs run for real (simulator/realjobs.py) the blobs and shards those jobs
+write are real files: `add_file` registers them, and their bytes are read from disk (and re-hashed)
+when they travel, through the same cache.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Recipe:
     size: int
     meta: Any = None  # what the content stands for (rolejobs.Batch, rolejobs.Weights) or None
     servable: bool = True  # False: an id only (weights blobs never travel; versions go as shards)
+    path: str = ""  # real content (simulator/realjobs.py): the file that holds its bytes
 
 
 class Content:
@@ -89,6 +94,16 @@ class Content:
         self._remember(digest, Recipe(b"", size, meta, servable=False))
         return digest
 
+    def add_file(self, digest: bytes, path: str, size: int) -> bytes:
+        """Register content a real job wrote (its bytes are the file at `path`, already hashed by the
+        job's blob store): it travels like any other, read from disk when it is sent."""
+        self._remember(bytes(digest), Recipe(b"", size, None, path=path))
+        return bytes(digest)
+
+    def is_file(self, digest: bytes) -> bool:
+        r = self.recipes.get(bytes(digest))
+        return r is not None and bool(r.path)
+
     def _remember(self, digest: bytes, recipe: Recipe) -> None:
         self.recipes[digest] = recipe
         self.recipes.move_to_end(digest)
@@ -115,7 +130,17 @@ class Content:
         r = self.recipes.get(digest)
         if r is None or not r.servable:
             return None
-        data = synth(r.label, r.size)
+        if r.path:
+            try:
+                with open(r.path, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                return None
+            self.hashed_bytes += len(data)
+            if len(data) != r.size or blake2b256(data) != digest:  # re-hashed on read, like node/'s stores
+                return None
+        else:
+            data = synth(r.label, r.size)
         self._put_cache(digest, data)
         return data
 

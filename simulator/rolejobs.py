@@ -38,7 +38,7 @@ from swarm import jobs
 from swarm.pieces import default_piece_size
 from swarm.taskparams import TaskParams
 
-ROLE_KINDS = (jobs.INIT, jobs.GENERATE, jobs.TRAIN, jobs.VERIFY, jobs.UNPACK)
+ROLE_KINDS = jobs.KINDS
 # kind -> (seconds, jitter, result_bytes): a 4 MB full version, 1 MB deltas, 64 KiB rollout batches
 DEFAULTS = {jobs.INIT: (10.0, 0.0, 4 << 20), jobs.TRAIN: (30.0, 0.1, 1 << 20), jobs.GENERATE: (20.0, 0.2, 64 << 10),
             jobs.VERIFY: (2.0, 0.2, 0), jobs.UNPACK: (1.0, 0.2, 0)}

@@ -68,8 +68,10 @@ def run_scenario(scenario: Scenario, trace_path: str | None = None,
     # few seconds an hour), and the first pass after it rescanned everything the run had allocated (2 s).
     # So no collection while the loop runs, and what the run built is frozen (parked outside the
     # collector's generations, no scan) while the checks are computed, then handed back.
+    # (Not with real jobs: few peers, and torch's tensors and models need the collector.)
     was_enabled = gc.isenabled()
-    gc.disable()
+    if not sim.real_jobs:
+        gc.disable()
     try:
         sim.loop.run(end, None if on_progress is None else (lambda t: on_progress(t, end)),
                      progress_every=max(end / 200, 1.0))
@@ -97,3 +99,4 @@ def run_scenario(scenario: Scenario, trace_path: str | None = None,
         return RunResult(scenario.name, scenario.seed, end, trace_hash, checks, scenario.checks, metrics, faults, stats)
     finally:
         gc.unfreeze()  # collectable again: a caller running many scenarios gets the memory back
+        sim.close()

@@ -20,7 +20,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from swarm.jobs import KINDS as ROLE_KINDS
+
 SCENARIO_DIR = "scenarios"
+MAX_REAL_PEERS = 32  # with real role jobs every peer holds its own models in memory
 
 
 class ScenarioError(ValueError):
@@ -301,14 +304,31 @@ def _validate(s: Scenario) -> Scenario:
     jobs = {}
     for kind, spec in s.jobs.items():
         job = _convert(JobSpec, spec, f"scenario.jobs.{kind}")
-        if job.mode == "real" and job.function not in real_function_names():
+        if kind in ROLE_KINDS and job.function:
+            raise ScenarioError(f"scenario.jobs.{kind}.function: the roles' jobs run trainer/jobs.py when "
+                                "mode = \"real\"; leave function out")
+        if job.mode == "real" and kind not in ROLE_KINDS and job.function not in real_function_names():
             raise ScenarioError(f"scenario.jobs.{kind}.function: {job.function!r} is not a registered real "
                                 f"function (registered: {', '.join(real_function_names()) or 'none'})")
         jobs[kind] = job
     object.__setattr__(s, "jobs", jobs)
+    real = [k for k in ROLE_KINDS if k in jobs and jobs[k].mode == "real"]
+    if real and len(real) < len(ROLE_KINDS):
+        missing = [k for k in ROLE_KINDS if k not in real]
+        raise ScenarioError(f"scenario.jobs.{missing[0]}.mode: the roles' jobs run for real all together (a real "
+                            f"generate job needs real weights): set mode = \"real\" in [jobs.{'], [jobs.'.join(missing)}] "
+                            f"too, or \"cost\" everywhere")
+    if real and s.total_peers > MAX_REAL_PEERS:
+        raise ScenarioError(f"scenario.peers: real role jobs are for small scenarios (every peer runs its own models): "
+                            f"at most {MAX_REAL_PEERS} peers, this one has {s.total_peers}; use mode = \"cost\" for more")
     core_config(s)  # raises ScenarioError on bad overrides
     gossip_config(s)
     return s
+
+
+def real_role_jobs(s: Scenario) -> bool:
+    """Do the roles' jobs run trainer/jobs.py for real (simulator/realjobs.py), not a cost model?"""
+    return any(k in s.jobs and s.jobs[k].mode == "real" for k in ROLE_KINDS)
 
 
 def core_config(s: Scenario):

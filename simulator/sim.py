@@ -16,7 +16,10 @@ clock skew.
 from __future__ import annotations
 
 import hashlib
+import shutil
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gossip.envelope import EnvelopeMemo
 from gossip.identity import Identity
@@ -26,7 +29,7 @@ from simulator.flows import Flow, FlowScheduler
 from simulator.gossip_model import GossipRouter, Msg
 from simulator.loop import EventLoop
 from simulator.network import LinkProfile, Network
-from simulator.scenario import PeerGroup, Scenario, core_config, gossip_config
+from simulator.scenario import PeerGroup, Scenario, core_config, gossip_config, real_role_jobs
 from simulator.content import Content, NodeStore
 from simulator.rolejobs import ROLE_KINDS, RoleJobs
 from simulator.trace import Trace
@@ -90,10 +93,15 @@ class Request:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, trace: Trace, core_factory=PeerCore) -> None:
+    def __init__(self, scenario: Scenario, trace: Trace, core_factory=PeerCore, workdir: str | None = None) -> None:
         """`core_factory(identity, config, seed=, envelope_memo=)` builds each peer's core: PeerCore,
-        or in tests a subclass that emits effects the real roles do not emit yet (RunJob)."""
+        or in tests a subclass that emits effects the real roles do not emit yet (RunJob). `workdir`:
+        where a scenario with real role jobs keeps its peers' data dirs (default: a temporary dir,
+        deleted by `close`)."""
         self.scenario = s = scenario
+        self.real_jobs = real_role_jobs(s)
+        self._own_workdir = self.real_jobs and workdir is None
+        self.workdir = (tempfile.mkdtemp(prefix="swarm-sim-") if self._own_workdir else workdir) if self.real_jobs else None
         self.core_factory = core_factory
         self.seed = s.seed
         self.trace = trace
@@ -146,16 +154,27 @@ class Simulation:
 
     def _job_registry(self) -> JobRegistry:
         registry = JobRegistry()
-        roles = RoleJobs(self.content, self.scenario.jobs)
+        if self.real_jobs:  # trainer/jobs.py on real files (simulator/realjobs.py)
+            from simulator.realjobs import RealRoleJobs
+            roles = RealRoleJobs(self.content, self.scenario.jobs, Path(self.workdir))
+        else:
+            roles = RoleJobs(self.content, self.scenario.jobs)
         for kind in ROLE_KINDS:
             registry.register(kind, roles.executor(kind))
         for kind, spec in sorted(self.scenario.jobs.items()):
             cost = CostModelExecutor(spec.seconds, spec.jitter, spec.result_bytes, spec.fail_rate)
+            if kind in ROLE_KINDS:
+                continue
             if spec.mode == "real":
                 registry.register(kind, RealExecutor(real_function(spec.function), cost))
-            elif kind not in ROLE_KINDS:
+            else:
                 registry.register(kind, cost)
         return registry
+
+    def close(self) -> None:
+        """Delete the real jobs' data dirs, if this simulation made them."""
+        if self._own_workdir and self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     # ------------------------------------------------------------------ peers
 
@@ -600,7 +619,8 @@ class Simulation:
                 ctx = JobContext(node.index, node.peer_id, job.job_id, job.kind, job.payload,
                                  bool(node.behaviour and node.behaviour.forges_jobs),
                                  Rng(stable_seed("swarm-sim", self.seed, "job", node.index, node.incarnation, job.job_id)),
-                                 cheat=getattr(node.behaviour, "cheat", ""), store=node.store)
+                                 cheat=getattr(node.behaviour, "cheat", ""), store=node.store,
+                                 incarnation=node.incarnation)
                 outcome = executor.run(ctx)
             self.loop.after(outcome.duration, self._job_done, node, node.incarnation, job, outcome)
 

@@ -35,6 +35,7 @@ class JobContext:
     rng: Rng  # deterministic stream for this job
     cheat: str = ""  # how a role-level adversary's job lies (simulator/rolejobs.py), "" for honest
     store: Any = None  # the peer's content.NodeStore: blobs and shards its jobs read and write
+    incarnation: int = 0  # how many times the peer (re)started: a real job process lives one incarnation
 
 
 @dataclass(frozen=True)

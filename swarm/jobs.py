@@ -18,6 +18,7 @@ GENERATE = "generate"  # worker: roll out assigned prompts with a policy version
 TRAIN = "train"  # trainer: one GRPO step on validated rollout batches -> the next version
 VERIFY = "verify"  # validator: re-check a committed rollout batch (proofs issue)
 UNPACK = "unpack"  # any follower: rebuild a version from its verified shards (and its parent) as a blob
+KINDS = (INIT, GENERATE, TRAIN, VERIFY, UNPACK)  # every kind a role emits
 
 # How a job process may be told to cheat (`swarm-node start --malicious KIND`, for demonstrations and
 # tests; trainer/cheats.py does it). The core never knows: a malicious peer runs the honest protocol

@@ -22,12 +22,13 @@ count = 3
 
 def test_every_shipped_scenario_loads():
     names = shipped()
-    assert {"smoke", "churn", "bandwidth", "adversarial", "scale"} <= set(names)
+    assert {"smoke", "churn", "bandwidth", "adversarial", "scale", "learning"} <= set(names)
     for name in names:
         s = load(name)
         assert s.name == name and s.total_peers >= 10
     assert load("scale").total_peers == 1000 and load("scale").duration == 3600
     assert load("churn").total_peers == 100 and load("churn").churn.replace_fraction == 0.3
+    assert {spec.mode for spec in load("learning").jobs.values()} == {"real"}
 
 
 @pytest.mark.parametrize("patch, message", [
@@ -50,6 +51,13 @@ def test_every_shipped_scenario_loads():
     (GOOD.replace("duration = 100", "duration = 100\nsettle = 200"), "scenario.settle: must be < duration"),
     (GOOD.replace("duration = 100", "duration = 100\n[jobs.generate]\nmode = \"magic\""),
      "scenario.jobs.generate.mode: must be one of"),
+    (GOOD.replace("duration = 100", "duration = 100\n[jobs.generate]\nmode = \"real\""),
+     "scenario.jobs.init.mode: the roles' jobs run for real all together"),
+    (GOOD.replace("duration = 100", "duration = 100\n[jobs.train]\nmode = \"real\"\nfunction = \"x\""),
+     "scenario.jobs.train.function: the roles' jobs run trainer/jobs.py"),
+    (GOOD.replace("count = 3", "count = 40") + "".join(f"[jobs.{k}]\nmode = \"real\"\n"
+                                                       for k in ("init", "generate", "train", "verify", "unpack")),
+     "scenario.peers: real role jobs are for small scenarios"),
     ("name = \"x\"\nduration = [", "not valid TOML"),
     ("name = \"x\"\n[[peers]]\nname = \"a\"\ncount = 1\n", "scenario.duration: required"),
 ])
