@@ -1,7 +1,7 @@
 """`swarm-sim`: run a scenario, list the shipped ones.
 
     swarm-sim list
-    swarm-sim run smoke [--seed N] [--json] [--trace FILE] [--quiet]
+    swarm-sim run smoke [--seed N] [--json] [--trace FILE] [--quiet] [--work-dir DIR]
 
 The seed and the fault settings derived from it are printed first (stderr), so any failing run can be
 replayed exactly with `--seed`. Exit status: 0 when every check the scenario requires holds, 1 when
@@ -86,7 +86,20 @@ def _run(args) -> int:
         print(f"swarm-sim: faults {json.dumps(faults, sort_keys=True)}", file=err)
 
     show = None if args.quiet or not err.isatty() and not args.progress else _progress(err)
-    result = run_scenario(scenario, trace_path=args.trace, on_progress=show, on_start=on_start)
+    kwargs = {}
+    if args.work_dir:
+        from simulator.scenario import real_role_jobs
+        if not real_role_jobs(scenario):
+            print(f"swarm-sim: --work-dir keeps the data dirs of real role jobs, and scenario {scenario.name} runs "
+                  "its jobs on the cost model (no files); drop --work-dir or set mode = \"real\" in its [jobs.*]",
+                  file=sys.stderr)
+            return 2
+        os.makedirs(args.work_dir, exist_ok=True)
+        if os.listdir(args.work_dir):
+            print(f"swarm-sim: --work-dir {args.work_dir} is not empty; name a new or empty directory", file=sys.stderr)
+            return 2
+        kwargs["workdir"] = args.work_dir
+    result = run_scenario(scenario, trace_path=args.trace, on_progress=show, on_start=on_start, **kwargs)
     if show is not None:
         err.write("\n")
     if args.json:
@@ -117,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("--trace", metavar="FILE", help="write the JSONL trace here")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--work-dir", metavar="DIR", help="real role jobs: keep every peer's data dir (blobs, shards, "
+                     "trainer state) in DIR (new or empty) instead of a temporary dir deleted at the end")
     run.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
     run.set_defaults(fn=_run)
     lst = sub.add_parser("list", help="list the shipped scenarios")

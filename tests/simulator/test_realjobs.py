@@ -159,7 +159,27 @@ def test_the_run_deletes_the_data_dirs_it_made(monkeypatch, tmp_path):
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    text = TEXT.replace("duration = 150", "duration = 20").replace("settle = 40", "settle = 10").replace(
-        "at = 5\n", "at = 1\n").replace("join_at = 10", "join_at = 2")
-    run_scenario(loads(text, "<real-tiny>"))
+    run_scenario(loads(_tiny_text(), "<real-tiny>"))
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("swarm-sim-")]
+
+
+def _tiny_text():
+    return TEXT.replace("duration = 150", "duration = 20").replace("settle = 40", "settle = 10").replace(
+        "at = 5\n", "at = 1\n").replace("join_at = 10", "join_at = 2")
+
+
+def test_cli_work_dir_keeps_the_data_dirs(tmp_path, capsys):
+    from simulator import cli
+
+    scenario = tmp_path / "tiny.toml"
+    scenario.write_text(_tiny_text())
+    work = tmp_path / "work"
+    assert cli.main(["run", str(scenario), "--quiet", "--json", "--work-dir", str(work)]) in (0, 1)
+    trainer = work / "peer0"
+    assert (trainer / "state").is_dir() and any((trainer / "blobs").iterdir()) and any((trainer / "shards").iterdir())
+    capsys.readouterr()
+    # Refused with what to do: a non-empty dir, or a scenario whose jobs run on the cost model.
+    assert cli.main(["run", str(scenario), "--quiet", "--work-dir", str(work)]) == 2
+    assert "not empty" in capsys.readouterr().err
+    assert cli.main(["run", "smoke", "--quiet", "--work-dir", str(tmp_path / "other")]) == 2
+    assert "cost model" in capsys.readouterr().err
