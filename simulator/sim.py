@@ -3,9 +3,10 @@
 This is `node/`'s job done on the virtual network: gossip through `GossipRouter`, connections
 (Dial -> PeerConnected / DialFailed, Disconnect, Ban with connection gating), request/response streams
 as bandwidth-sharing flows with timeouts, jobs through the executor registry (the roles' kinds by
-simulator/rolejobs.py), timers through `next_deadline()`, and every observable thing into the trace.
-Blobs and weight shards are virtual (simulator/content.py): each peer's `NodeStore` holds digests,
-and bytes are built only to travel. Like node/driver.py and node/runtime.py, the runtime serves
+simulator/rolejobs.py's cost model, or for real by simulator/realjobs.py), timers through
+`next_deadline()`, and every observable thing into the trace. Blobs and weight shards are virtual
+(simulator/content.py): each peer's `NodeStore` holds digests, and bytes are built only to travel
+(or read from the files real jobs wrote). Like node/driver.py and node/runtime.py, the runtime serves
 `/swarm/blob/1` itself from the blob store, and carries out StoreBlob, StoreShard, RespondShard (the
 stored shard, or "not-found"), CheckShards (answered with ShardsPresent after the current effects)
 and KeepShards (gc sparing shards younger than a grace period). Peers are indices; the core sees
@@ -101,7 +102,7 @@ class Simulation:
         self.scenario = s = scenario
         self.real_jobs = real_role_jobs(s)
         self._own_workdir = self.real_jobs and workdir is None
-        self.workdir = (tempfile.mkdtemp(prefix="swarm-sim-") if self._own_workdir else workdir) if self.real_jobs else None
+        self.workdir = tempfile.mkdtemp(prefix="swarm-sim-") if self._own_workdir else workdir
         self.core_factory = core_factory
         self.seed = s.seed
         self.trace = trace
@@ -162,9 +163,9 @@ class Simulation:
         for kind in ROLE_KINDS:
             registry.register(kind, roles.executor(kind))
         for kind, spec in sorted(self.scenario.jobs.items()):
-            cost = CostModelExecutor(spec.seconds, spec.jitter, spec.result_bytes, spec.fail_rate)
             if kind in ROLE_KINDS:
                 continue
+            cost = CostModelExecutor(spec.seconds, spec.jitter, spec.result_bytes, spec.fail_rate)
             if spec.mode == "real":
                 registry.register(kind, RealExecutor(real_function(spec.function), cost))
             else:
