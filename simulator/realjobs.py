@@ -28,12 +28,15 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+
 from simulator.content import Content
 from simulator.rolejobs import ROLE_KINDS
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome
 from swarm import jobs
+from trainer.cheats import GENERATING as GENERATING_CHEATS
+from trainer.jobs import JobError, JobWorker
 
-GENERATING_CHEATS = frozenset(jobs.MALICIOUS) - {"lying-validator"}
 WALL_SUFFIX = "_s"  # trainer/jobs.py names its wall-clock stats so (warmup_s, grpo_s, train_s)
 
 
@@ -42,8 +45,6 @@ class RealRoleJobs:
 
     def __init__(self, content: Content, specs: dict, workdir: Path) -> None:
         """`specs`: kind -> scenario JobSpec (seconds, jitter, fail_rate: the virtual cost)."""
-        import torch
-
         torch.set_num_threads(1)  # one thread: reproducible floats, and the machine stays usable
         self.content = content
         self.workdir = Path(workdir)
@@ -63,8 +64,6 @@ class RealRoleJobs:
         """The peer's job process: a new one after each restart (its memory is gone, its dirs are not)."""
         entry = self._workers.get(ctx.peer)
         if entry is None or entry[0] != ctx.incarnation:
-            from trainer.jobs import JobWorker
-
             root = self.peer_dir(ctx.peer)
             cheat = ctx.cheat if ctx.cheat in jobs.MALICIOUS else ""
             entry = (ctx.incarnation, JobWorker(root / "blobs", root / "state", malicious=cheat))
@@ -111,8 +110,6 @@ class RealRoleExecutor:
         duration = self.cost.duration(ctx.rng)
         if self.cost.fail_rate and ctx.rng.random() < self.cost.fail_rate:
             return JobOutcome(duration, False, error=f"{ctx.kind} failed (cost model)")
-        from trainer.jobs import JobError
-
         job, owner = ctx.payload, self.owner
         try:
             owner.stage(ctx, *_inputs(self.kind, job))
