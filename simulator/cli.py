@@ -33,6 +33,7 @@ def _progress(stream):
 
 def _summary(result) -> str:
     from simulator.checkers import REWARD_WINDOW
+
     m = result.metrics
     d, b = m["delivery"], m["bytes"]
     lines = [f"scenario {result.scenario}  seed {result.seed}  {result.duration:g} s simulated  "
@@ -57,8 +58,11 @@ def _summary(result) -> str:
                      f"verdicts {json.dumps(tr['verdicts'], sort_keys=True)}")
         if tr["reward_first"] is not None:
             base = tr["base_heldout_greedy"]
-            lines.append(f"mean rollout reward: {tr['reward_first']:.3f} over the first {REWARD_WINDOW} steps, "
-                         f"{tr['reward_last']:.3f} over the latest {REWARD_WINDOW}" + (f" (version 0 held-out greedy accuracy {base:.3f})" if base is not None else ""))
+            line = (f"mean rollout reward: {tr['reward_first']:.3f} over the first {REWARD_WINDOW} steps, "
+                    f"{tr['reward_last']:.3f} over the latest {REWARD_WINDOW}")
+            if base is not None:
+                line += f" (version 0 held-out greedy accuracy {base:.3f})"
+            lines.append(line)
     for name, check in result.checks.items():
         req = name in result.required
         mark = ("PASS" if check.ok else "FAIL") if req else ("pass" if check.ok else "info")
