@@ -11,6 +11,19 @@ The variant, exactly:
         min( min(r_t, delta) * A,  clip(r_t, 1 - eps_low, 1 + eps_high) * A )
     i.e. PPO clipping with DAPO's asymmetric "clip-higher" range, plus an upper bound delta on the
     ratio so a token with negative advantage and a huge ratio cannot blow up the update.
+  - Decoupled for stale rollouts (`decoupled`, on by default; the "decoupled PPO objective" of
+    Hilton et al. 2021, as AReaL uses it for asynchronous RL): when a batch was sampled by an
+    older policy, the trust region is centred on the trainer's own weights at the start of the
+    step (the proximal policy, one extra no-grad forward pass), and the staleness is corrected by
+    a detached per-token weight w_t = min(exp(logp_prox_t - logp_behaviour_t), delta):
+        w_t * min( min(q_t, delta) * A,  clip(q_t, 1 - eps_low, 1 + eps_high) * A ),  q_t = exp(logp_t - logp_prox_t)
+    Its gradient at q = 1 is the plain off-policy one (w_t * q_t = pi / pi_behaviour), but the
+    clip range bounds how far this step moves the policy from where it is, not from where it was
+    one or two versions ago: centred on the behaviour policy, a token whose probability fell since
+    it was sampled could be pushed up by (1 + eps_high) / (1 - eps_low) ~ 1.6x in one step, a
+    wider step than an on-policy trainer ever takes. On-policy batches (`on_policy=True`: the
+    single process) skip the extra pass: there the proximal policy is the behaviour policy, w = 1,
+    and the objective is the one above.
   - Token-level normalisation (DAPO / INTELLECT-2): the loss is the sum over all completion tokens
     of the minibatch divided by their count, so long completions are not down-weighted.
   - Optional KL penalty to a reference policy with the k3 estimator exp(q - p) - (q - p) - 1
@@ -60,6 +73,7 @@ class GRPOConfig:
     temperature: float = 1.0  # sampling temperature for rollouts
     max_new_tokens: int = 10  # digit-sort answers are at most 8 digits + eos
     format_weight: float = 0.0  # rollout reward = task reward + this x the env's format reward
+    decoupled: bool = True  # clip around the trainer's weights at the step's start for stale batches
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,
@@ -91,19 +105,24 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                        mask: torch.Tensor, eps_low: float, eps_high: float, delta: float,
                        ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
-                       weights: torch.Tensor | None = None):
+                       weights: torch.Tensor | None = None, prox_logp: torch.Tensor | None = None):
     """Token-level two-sided clipped loss; all [N, T] except advantages and weights [N].
     Row i counts `weights[i]` times (a collapsed repeat), in the loss and in the token count.
-    Returns (loss, stats)."""
+    With `prox_logp` (the decoupled objective) the ratio is taken to the proximal policy and each
+    token's term is weighted by min(pi_prox / pi_behaviour, delta). Returns (loss, stats)."""
     mask = mask.to(logp.dtype)
     if weights is not None:
         mask = mask * weights[:, None].to(logp.dtype)
     n_tokens = mask.sum().clamp_min(1.0)
-    ratio = torch.exp(logp - old_logp)
+    centre = old_logp if prox_logp is None else prox_logp.detach()
+    ratio = torch.exp(logp - centre)
     adv = advantages[:, None].to(logp.dtype)
     unclipped = torch.clamp(ratio, max=delta) * adv
     clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
     objective = torch.minimum(unclipped, clipped)
+    if prox_logp is not None:
+        staleness = torch.clamp(torch.exp(centre - old_logp), max=delta)
+        objective = staleness * objective
     loss = -(objective * mask).sum() / n_tokens
     # tokens whose gradient clipping removed: ratio above the range for A > 0, below it or
     # above delta for A < 0
@@ -114,6 +133,8 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
         "ratio_mean": float((ratio.detach() * mask).sum() / n_tokens),
         "ratio_max": float(ratio.detach().masked_fill(mask == 0, 0).max()) if mask.any() else 1.0,
     }
+    if prox_logp is not None:  # how far the behaviour policy was from the proximal one
+        stats["stale_weight_mean"] = float((staleness * mask).sum() / n_tokens)
     if ref_logp is not None and kl_coef > 0:
         kl = (kl_k3(logp, ref_logp) * mask).sum() / n_tokens
         loss = loss + kl_coef * kl
@@ -188,26 +209,48 @@ def make_optimizer(model: torch.nn.Module, cfg: GRPOConfig) -> torch.optim.Optim
                              weight_decay=cfg.weight_decay)
 
 
-def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None) -> dict:
-    """One GRPO batch: `cfg.minibatches` optimizer steps over interleaved rows. Returns mean stats."""
+def _has_dropout(model) -> bool:
+    """Whether a training forward pass is random (then it cannot stand in for the proximal pass)."""
+    config = getattr(getattr(model, "config", None), "__dict__", {})
+    rates = [v for k, v in config.items() if "dropout" in k and isinstance(v, (int, float))]
+    return any(v > 0 for v in rates) or any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in model.modules())
+
+
+def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None, on_policy: bool = False) -> dict:
+    """One GRPO batch: `cfg.minibatches` optimizer steps over interleaved rows. Returns mean stats.
+
+    `on_policy`: every row was sampled by exactly these weights (the single process), so the
+    decoupled objective's proximal policy is the behaviour policy and its extra pass is skipped."""
     device = next(model.parameters()).device
-    model.train()
     n = batch.input_ids.shape[0]
     totals: dict[str, float] = {}
     distinct = 0
     steps = min(cfg.minibatches, n)
-    for k in range(steps):
-        mb, weights = collapse_repeats(batch.select(torch.arange(k, n, steps)))
+    minibatches = [collapse_repeats(batch.select(torch.arange(k, n, steps))) for k in range(steps)]
+    decoupled = cfg.decoupled and not on_policy
+    proximal: list[torch.Tensor | None] = [None] * steps
+    if decoupled:
+        # every minibatch is clipped around the weights before the first update; the first one's
+        # own training forward pass is at those weights, so without dropout only the others need
+        # a pass of their own
+        first = 1 if not _has_dropout(model) else 0
+        model.eval()
+        with torch.no_grad():
+            proximal[first:] = [token_logprobs(model, mb.input_ids.to(device)) for mb, _ in minibatches[first:]]
+    model.train()
+    for k, ((mb, weights), prox_logp) in enumerate(zip(minibatches, proximal)):
         distinct += len(weights)
         ids = mb.input_ids.to(device)
         logp = token_logprobs(model, ids)
+        if decoupled and prox_logp is None:
+            prox_logp = logp.detach()
         ref_logp = None
         if ref_model is not None and cfg.kl_coef > 0:
             with torch.no_grad():
                 ref_logp = token_logprobs(ref_model, ids)
         loss, stats = clipped_token_loss(
             logp, mb.old_logp.to(device), mb.advantages.to(device), mb.mask.to(device),
-            cfg.eps_low, cfg.eps_high, cfg.delta, ref_logp, cfg.kl_coef, weights.to(device))
+            cfg.eps_low, cfg.eps_high, cfg.delta, ref_logp, cfg.kl_coef, weights.to(device), prox_logp)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad_norm"] = clip_grad(model, cfg.max_grad_norm)

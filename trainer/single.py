@@ -94,7 +94,7 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
                                tokenizer.pad_token_id)
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(g, step)
-            stats = grpo_step(model, optimizer, batch, g)
+            stats = grpo_step(model, optimizer, batch, g, on_policy=True)  # sampled by these weights
         step += 1
         record = {"step": step, "reward": float(rewards.mean()), "used": len(keep), "gen_s": round(t1 - t0, 3),
                   "train_s": round(time.monotonic() - t1, 3),

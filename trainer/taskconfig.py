@@ -32,6 +32,7 @@ GRPO_KEYS = {
     "max_grad_norm": ("max_grad_norm", float),
     "std_normalize": ("std_normalize", bool),
     "format_weight": ("format_weight", float),
+    "decoupled": ("decoupled", bool),
     "beta1": ("betas", float),
     "beta2": ("betas", float),
 }

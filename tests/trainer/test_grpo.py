@@ -48,6 +48,50 @@ def test_loss_and_clipping_negative_advantage_with_delta():
     assert stats["ratio_max"] == pytest.approx(5.0)
 
 
+def _decoupled_loss(ratios_to_prox, adv, prox_over_behaviour):
+    """Each token: behaviour logprob 0, proximal log(prox_over_behaviour), current log(that x ratio)."""
+    prox = torch.log(torch.full((1, len(ratios_to_prox)), prox_over_behaviour, dtype=torch.float64))
+    logp = (prox + torch.log(torch.tensor([ratios_to_prox], dtype=torch.float64))).requires_grad_()
+    loss, stats = clipped_token_loss(logp, torch.zeros_like(prox), torch.tensor([adv]), torch.ones_like(prox),
+                                     **CLIP, prox_logp=prox)
+    loss.backward()
+    return loss.item(), logp.grad[0].tolist(), stats
+
+
+def test_decoupled_loss_clips_around_the_proximal_policy_and_weights_by_staleness():
+    # the policy rose 1.2x since the rollout was sampled; ratios to the proximal policy 1, 1.5,
+    # 0.5, 5 and A = +1: 1.2 x (1, 1.28, 0.5, 1.28) -> mean 1.218; gradient w x q x A / 4 where
+    # q is inside the range. The plain objective would see ratios 1.2, 1.8, 0.6, 6 instead.
+    loss, grad, stats = _decoupled_loss([1.0, 1.5, 0.5, 5.0], 1.0, 1.2)
+    assert loss == pytest.approx(-1.218)
+    assert grad == pytest.approx([-0.3, 0.0, -0.15, 0.0])
+    assert stats["clip_frac"] == pytest.approx(0.5)
+    assert stats["ratio_mean"] == pytest.approx(2.0)  # (1 + 1.5 + 0.5 + 5) / 4, to the proximal policy
+    assert stats["stale_weight_mean"] == pytest.approx(1.2)
+    # A = -1, the policy fell to 0.5x since: 0.5 x (-1, -1.5, -0.8, -4) -> loss 0.5 x 7.3 / 4
+    loss, grad, _ = _decoupled_loss([1.0, 1.5, 0.5, 5.0], -1.0, 0.5)
+    assert loss == pytest.approx(0.9125)
+    assert grad == pytest.approx([0.125, 0.1875, 0.0, 0.0])
+    # a token 10x likelier now than when sampled weighs delta (4), not 10
+    loss, _, stats = _decoupled_loss([1.0], 1.0, 10.0)
+    assert loss == pytest.approx(-4.0) and stats["stale_weight_mean"] == pytest.approx(4.0)
+
+
+def test_decoupled_loss_with_the_behaviour_policy_as_proximal_is_the_plain_loss():
+    ratios = torch.tensor([[1.0, 1.5, 0.5, 5.0], [0.9, 1.1, 1.3, 0.7]], dtype=torch.float64)
+    old = torch.tensor([[-0.5, -1.0, -2.0, -0.1], [-0.3, -0.2, -3.0, -1.0]], dtype=torch.float64)
+    adv, mask = torch.tensor([1.0, -0.5]), torch.tensor([[1.0, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.float64)
+    results = []
+    for prox in (None, old.clone()):
+        logp = (old + ratios.log()).requires_grad_()
+        loss, stats = clipped_token_loss(logp, old, adv, mask, **CLIP, prox_logp=prox)
+        loss.backward()
+        results.append((loss.item(), logp.grad.clone(), stats))
+    (plain, g_plain, s_plain), (dec, g_dec, s_dec) = results
+    assert dec == pytest.approx(plain, rel=1e-12) and torch.allclose(g_dec, g_plain, rtol=1e-12)
+    assert s_dec["clip_frac"] == s_plain["clip_frac"] and s_dec["stale_weight_mean"] == 1.0
+
+
 def test_loss_is_token_level_not_sequence_level():
     logp = torch.zeros((2, 3), requires_grad=True)
     mask = torch.tensor([[1.0, 0, 0], [1, 1, 1]])
@@ -187,6 +231,76 @@ def test_grpo_step_on_a_batch_doubled_row_for_row_takes_the_same_step(builtin):
     assert (s2["rows"], s2["distinct_rows"]) == (12, 4)
     assert all(torch.equal(a, b) for a, b in zip(w1, w2))
     assert s2["loss"] == s1["loss"] and s2["tokens"] == 2 * s1["tokens"]
+
+
+def test_grpo_step_decoupled_on_fresh_rollouts_takes_the_on_policy_step(builtin):
+    """Rollouts whose behaviour logprobs are exactly these weights' own: the decoupled step (an
+    extra proximal pass, w = 1) and the on-policy step (no pass) move the weights identically."""
+    from trainer.model import create_builtin_model
+
+    _, tok = builtin
+    batch = _batch_with_repeats(tok, logp_noise=1e-7)
+    model, _ = create_builtin_model(4)
+    with torch.no_grad():
+        batch.old_logp = token_logprobs(model.eval(), batch.input_ids) * batch.mask
+    cfg = GRPOConfig(lr=1e-3, minibatches=2)
+    results = []
+    for on_policy in (True, False):
+        m, _ = create_builtin_model(4)
+        stats = grpo_step(m, make_optimizer(m, cfg), batch, cfg, on_policy=on_policy)
+        results.append((stats, [p.detach().clone() for p in m.parameters()]))
+    (s_on, w_on), (s_dec, w_dec) = results
+    assert "stale_weight_mean" not in s_on and s_dec["stale_weight_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert max(float((a - b).abs().max()) for a, b in zip(w_on, w_dec)) < 1e-7
+    assert any(not torch.equal(a, b) for a, b in zip(w_on, [p.detach() for p in create_builtin_model(4)[0].parameters()]))
+
+
+def test_a_model_with_dropout_gets_its_own_proximal_pass(builtin):
+    """The first minibatch's training forward stands in for the proximal pass only when it is not random."""
+    from trainer.grpo import _has_dropout
+
+    model, _ = builtin
+    assert not _has_dropout(model)
+    assert _has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    assert not _has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+    config_only = torch.nn.Linear(2, 2)
+    config_only.config = type("Config", (), {})()
+    config_only.config.attention_dropout = 0.1  # HF attention applies it functionally, in training only
+    assert _has_dropout(config_only)
+
+
+def test_grpo_step_decoupled_still_learns_from_a_stale_wrong_answer(builtin):
+    """Both answers were sampled when each token was 3x likelier than now. The plain objective
+    sees ratio 1/3 and clips the wrong answer's term away (A < 0, ratio below 1 - eps_low), so
+    the step, driven by the right answer alone, raises both (they share the model); the decoupled
+    one measures the ratio from where the policy is (1) and pushes the wrong answer down. Plain
+    SGD, so the step is the gradient itself and not Adam's sign-like first move."""
+    from trainer.model import create_builtin_model
+
+    _, tok = builtin
+    prompt = tok("4213>")["input_ids"]
+    right = tok("1234", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    wrong = tok("4321", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    batch = make_batch([prompt] * 4, [right, right, wrong, wrong], [torch.zeros(5)] * 4,
+                       torch.tensor([1.0, 1.0, -1.0, -1.0]), tok.pad_token_id)
+    model, _ = create_builtin_model(4)
+    with torch.no_grad():
+        start = token_logprobs(model.eval(), batch.input_ids)
+    batch.old_logp = (start + math.log(3.0)) * batch.mask
+    gains, clipped = {}, {}
+    for decoupled in (False, True):
+        cfg = GRPOConfig(minibatches=2, max_grad_norm=1e9, decoupled=decoupled)
+        m, _ = create_builtin_model(4)
+        clipped[decoupled] = grpo_step(m, torch.optim.SGD(m.parameters(), lr=0.01), batch, cfg)["clip_frac"]
+        with torch.no_grad():
+            after = token_logprobs(m, batch.input_ids)
+        gains[decoupled] = ((after - start) * batch.mask).sum(1)[[0, 2]].tolist()  # right, wrong
+    assert gains[False][1] > 1.0  # plain: the wrong answer rose with the right one
+    assert gains[True][0] > 0 > gains[True][1]  # decoupled: the right one up, the wrong one down
+    assert clipped[False] == pytest.approx(0.5) and clipped[True] < 0.1
+    assert grpo_config({"decoupled": False}).decoupled is False and GRPOConfig().decoupled
+    with pytest.raises(ParamError, match="decoupled"):
+        grpo_config({"decoupled": 1})
 
 
 def test_lr_warmup_ramps_linearly_then_holds():
