@@ -11,7 +11,7 @@ The variant, exactly:
         min( min(r_t, delta) * A,  clip(r_t, 1 - eps_low, 1 + eps_high) * A )
     i.e. PPO clipping with DAPO's asymmetric "clip-higher" range, plus an upper bound delta on the
     ratio so a token with negative advantage and a huge ratio cannot blow up the update.
-  - Decoupled for stale rollouts (`decoupled`, on by default; the "decoupled PPO objective" of
+  - Optionally decoupled for stale rollouts (`decoupled`; the "decoupled PPO objective" of
     Hilton et al. 2021, as AReaL uses it for asynchronous RL): when a batch was sampled by an
     older policy, the trust region is centred on the trainer's own weights at the start of the
     step (the proximal policy, one extra no-grad forward pass), and the staleness is corrected by
@@ -23,7 +23,11 @@ The variant, exactly:
     it was sampled could be pushed up by (1 + eps_high) / (1 - eps_low) ~ 1.6x in one step, a
     wider step than an on-policy trainer ever takes. On-policy batches (`on_policy=True`: the
     single process) skip the extra pass: there the proximal policy is the behaviour policy, w = 1,
-    and the objective is the one above.
+    and the objective is the one above. Off by default: on the built-in task at async level 2
+    (rollouts one version old) it learned no better per version in `bench/learning.py` (mean
+    rollout reward 0.44/0.76/0.91 over versions 0-300/300-800/800+ against 0.43/0.78/0.91) and its
+    extra pass made a step 15-25% slower; it is there for longer lags, where a trust region centred
+    on a policy many versions old clips most tokens away.
   - Token-level normalisation (DAPO / INTELLECT-2): the loss is the sum over all completion tokens
     of the minibatch divided by their count, so long completions are not down-weighted.
   - Optional KL penalty to a reference policy with the k3 estimator exp(q - p) - (q - p) - 1
@@ -73,7 +77,7 @@ class GRPOConfig:
     temperature: float = 1.0  # sampling temperature for rollouts
     max_new_tokens: int = 10  # digit-sort answers are at most 8 digits + eos
     format_weight: float = 0.0  # rollout reward = task reward + this x the env's format reward
-    decoupled: bool = True  # clip around the trainer's weights at the step's start for stale batches
+    decoupled: bool = False  # clip around the trainer's weights at the step's start for stale batches
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, std_normalize: bool = True,

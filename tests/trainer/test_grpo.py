@@ -243,7 +243,7 @@ def test_grpo_step_decoupled_on_fresh_rollouts_takes_the_on_policy_step(builtin)
     model, _ = create_builtin_model(4)
     with torch.no_grad():
         batch.old_logp = token_logprobs(model.eval(), batch.input_ids) * batch.mask
-    cfg = GRPOConfig(lr=1e-3, minibatches=2)
+    cfg = GRPOConfig(lr=1e-3, minibatches=2, decoupled=True)
     results = []
     for on_policy in (True, False):
         m, _ = create_builtin_model(4)
@@ -298,7 +298,7 @@ def test_grpo_step_decoupled_still_learns_from_a_stale_wrong_answer(builtin):
     assert gains[False][1] > 1.0  # plain: the wrong answer rose with the right one
     assert gains[True][0] > 0 > gains[True][1]  # decoupled: the right one up, the wrong one down
     assert clipped[False] == pytest.approx(0.5) and clipped[True] < 0.1
-    assert grpo_config({"decoupled": False}).decoupled is False and GRPOConfig().decoupled
+    assert grpo_config({"decoupled": True}).decoupled is True and not GRPOConfig().decoupled
     with pytest.raises(ParamError, match="decoupled"):
         grpo_config({"decoupled": 1})
 
