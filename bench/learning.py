@@ -26,7 +26,12 @@ completions sampled the swarm's greedy accuracy is at most 0.05 below the single
 0.85 is at most 1.5x the single run's. Each is reported as met, missed, or not measurable (a run
 that never reached 0.85 in its budget). Load averages are recorded: the machine is shared.
 
-Run: `python bench/learning.py --budget 600 [--out FILE]` (about 2 x budget + 2 min).
+`--control` runs the single loop once more from the same version 0 with other seeds (prompt
+assignment and sampling keyed by another task id) and reports the same pointwise gap between the
+two single runs: two runs of one algorithm with no swarm involved, the floor under the 0.05 target.
+
+Run: `python bench/learning.py --budget 600 [--control] [--out FILE]` (about 2 x budget + 2 min, one
+budget more with --control).
 Progress goes to stderr, the JSON to stdout (and FILE).
 """
 
@@ -182,7 +187,8 @@ def _swarm_facts(base: Path, peers: int, t0: float, versions: list[dict], copied
 
 # ------------------------------------------------------------------------------------------ single
 
-def run_single_baseline(base_weights: bytes, budget: float, points: int, threads: int) -> dict:
+def run_single_baseline(base_weights: bytes, budget: float, points: int, threads: int,
+                        task_id: str = "bench-single", name: str = "single") -> dict:
     import torch
 
     from trainer.envs import get_env
@@ -206,13 +212,13 @@ def run_single_baseline(base_weights: bytes, budget: float, points: int, threads
                          "completions_sampled": record["step"] * g.prompts_per_step * g.samples_per_prompt,
                          "reward": record.get("reward")})
         if time.monotonic() - last_report[0] >= 15:
-            say(f"single: t={record['elapsed_s']:5.0f}s step {record['step']:4d} reward {record.get('reward', 0):.3f} "
+            say(f"{name}: t={record['elapsed_s']:5.0f}s step {record['step']:4d} reward {record.get('reward', 0):.3f} "
                 f"gen {record.get('gen_s', 0):.2f}s train {record.get('train_s', 0):.2f}s load {load()}")
             last_report[0] = time.monotonic()
 
-    say(f"single: {budget:.0f} s, {threads} torch threads")
+    say(f"{name}: {budget:.0f} s, {threads} torch threads, prompts and samples seeded by {task_id!r}")
     history = run_single(model, tokenizer, get_env(table["env"]),
-                         SingleConfig(grpo=g, seconds=budget, eval_every=0, task_id="bench-single"),
+                         SingleConfig(grpo=g, seconds=budget, eval_every=0, task_id=task_id),
                          checkpoint=checkpoint)
     steps = history[1:]
     used = [r for r in steps if r.get("used")]
@@ -260,17 +266,35 @@ def interpolate(points: list[dict], x: float, key: str = "completions_sampled") 
     return pts[-1][1]
 
 
+def gaps_at_equal_completions(run: list[dict], reference: list[dict], name: str = "swarm") -> list[dict]:
+    """`run`'s greedy accuracy minus `reference`'s (interpolated) at each of `run`'s points."""
+    gaps = []
+    for p in run:
+        ref = interpolate(reference, p["completions_sampled"]) if p.get("greedy") is not None else None
+        if ref is not None:
+            gaps.append({"completions_sampled": p["completions_sampled"], name: p["greedy"],
+                         "single": round(ref, 4), "gap": round(p["greedy"] - ref, 4)})
+    return gaps
+
+
+def control_gaps(control: dict, single: dict) -> dict:
+    """The same pointwise rule between two single-process runs that differ only in their seeds:
+    how far apart two runs of one algorithm on one machine land, with no swarm involved."""
+    gaps = gaps_at_equal_completions(control["points"], single["points"], "control")
+    worst = min((g["gap"] for g in gaps), default=None)
+    return {"worst": worst, "worst_abs": max((abs(g["gap"]) for g in gaps), default=None),
+            "mean": round(sum(g["gap"] for g in gaps) / len(gaps), 4) if gaps else None,
+            "within_005": worst is not None and worst >= -TARGETS["gap_at_equal_completions"],
+            "best_greedy": max((p["greedy"] for p in control["points"] if p.get("greedy") is not None), default=None),
+            "points": gaps}
+
+
 def verdicts(swarm: dict, single: dict) -> dict:
     sw, si = swarm["points"], single["points"]
     base = sw[0]["greedy"] if sw and sw[0]["version"] == 0 else None
     lo, hi = TARGETS["base_greedy"]
     best = max((p["greedy"] for p in sw if p.get("greedy") is not None), default=None)
-    gaps = []
-    for p in sw:
-        ref = interpolate(si, p["completions_sampled"]) if p.get("greedy") is not None else None
-        if ref is not None:
-            gaps.append({"completions_sampled": p["completions_sampled"], "swarm": p["greedy"],
-                         "single": round(ref, 4), "gap": round(p["greedy"] - ref, 4)})
+    gaps = gaps_at_equal_completions(sw, si)
     worst = min((g["gap"] for g in gaps), default=None)
     t_sw, t_si = first_reaching(sw, TARGETS["swarm_greedy"]), first_reaching(si, TARGETS["swarm_greedy"])
     ratio = round(t_sw["wall_s"] / t_si["wall_s"], 3) if t_sw and t_si and t_si["wall_s"] > 0 else None
@@ -313,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for version 0")
     ap.add_argument("--base-dir", type=Path, help="where runs go (default runs/bench-learning/<time>)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
+    ap.add_argument("--control", action="store_true",
+                    help="also run the single loop a second time with other seeds (another budget) and report "
+                         "the same pointwise gap between the two single runs: the noise floor of the gap target")
     ap.add_argument("--keep-data", action="store_true",
                     help="keep the weights copies and the peers' blobs and shards (about 1 GB); by default "
                          "only logs and records stay in the base dir")
@@ -332,12 +359,22 @@ def main(argv: list[str] | None = None) -> int:
     base_weights = Path(swarm["points"][0]["weights"]).read_bytes()
     single = run_single_baseline(base_weights, args.budget, args.points, args.single_threads)
     out["load_after_single"] = load()
+    control = None
+    if args.control:
+        control = run_single_baseline(base_weights, args.budget, args.points, args.single_threads,
+                                      task_id="bench-single-control", name="control")
+        out["load_after_control"] = load()
     say("scoring every checkpoint on held-out prompts")
     evaluate_points("swarm", swarm["points"], args.eval_prompts, args.single_threads)
     evaluate_points("single", single["points"], args.eval_prompts, args.single_threads)
+    if control is not None:
+        evaluate_points("control", control["points"], args.eval_prompts, args.single_threads)
     out["load_end"] = load()
     out["swarm"], out["single"] = swarm, single
     out["targets"] = verdicts(swarm, single)
+    if control is not None:
+        out["control"] = {**{k: v for k, v in control.items() if k != "points"},
+                          "gap_to_single": control_gaps(control, single)}
     sp_sw, sp_si = swarm.get("seconds_per_version"), single.get("seconds_per_step")
     out["ratios"] = {
         "seconds_per_step_swarm_over_single": round(sp_sw / sp_si, 3) if sp_sw and sp_si else None,
