@@ -242,7 +242,7 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None, o
         with torch.no_grad():
             proximal[first:] = [token_logprobs(model, mb.input_ids.to(device)) for mb, _ in minibatches[first:]]
     model.train()
-    for k, ((mb, weights), prox_logp) in enumerate(zip(minibatches, proximal)):
+    for (mb, weights), prox_logp in zip(minibatches, proximal):
         distinct += len(weights)
         ids = mb.input_ids.to(device)
         logp = token_logprobs(model, ids)
