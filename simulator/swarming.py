@@ -48,19 +48,9 @@ class SwarmingConfig:
     latency_ms: float = 50.0  # one way
     degree: int = 16  # links per peer in the swarm
     mode: str = "swarm"  # "swarm" or "star"
-    # exchange settings: ExchangeConfig's defaults (the node's). What sets the ratio is how long one
-    # unit takes per hop while links are shared: whole 1 MiB shards (one request per source, eight in
-    # flight, eight upload slots, no upload queue, haves batched for 0.1 s: the best of sweeps over each)
-    # reached 95% of 100 peers at 1.707x size/bandwidth and of 1,000 at 1.963x, whatever the latency
-    # (1 ms: 2.0x) or have batching (0-0.5 s); a unit the origin sends last needs ~log2(N) hops. Pieces
-    # (256 KiB of 1 MiB shards, relayed before their shard is complete), 16 in flight, 64 open shards:
-    # 1.326x at 100 (seeds 2, 3: 1.332x, 1.325x), 1.474x at 1,000. Sweeps at 100 peers, single runs
-    # taken while a sum over a set made runs of one seed differ by up to 0.03 between processes
-    # (now fixed): 128 KiB pieces 1.29x (1,000: 1.39x, at 1.6x the events), 512 KiB 1.47x, whole
-    # shards 1.78x; 8 in flight 1.44x, 32 1.32x; 4 upload slots 1.46x, 16 1.40x; 32 open shards 1.39x,
-    # 16 1.50x; finishing started shards first (strict priority) 1.60x. 256 KiB whole shards with the
-    # old shard-level exchange: 1.34x at 100, 1.45x at 1,000 (pieces keep 1 MiB files and a quarter
-    # of the hashes to store and unpack).
+    # exchange settings: ExchangeConfig's defaults (the node's), the best of this model's sweeps: pieces
+    # relayed before their shard is complete shorten the time a unit takes per hop while links are shared,
+    # which is what sets the ratio (measured sweeps: bench/results/2026-11-25-swarming-sweeps.json).
     per_peer: int = ExchangeConfig.per_peer
     max_in_flight: int = ExchangeConfig.max_in_flight
     open_shards: int = ExchangeConfig.open_shards

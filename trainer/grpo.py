@@ -23,11 +23,10 @@ The variant, exactly:
     it was sampled could be pushed up by (1 + eps_high) / (1 - eps_low) ~ 1.6x in one step, a
     wider step than an on-policy trainer ever takes. On-policy batches (`on_policy=True`: the
     single process) skip the extra pass: there the proximal policy is the behaviour policy, w = 1,
-    and the objective is the one above. Off by default: on the built-in task at async level 2
-    (rollouts one version old) it learned no better per version in `bench/learning.py` (mean
-    rollout reward 0.44/0.76/0.91 over versions 0-300/300-800/800+ against 0.43/0.78/0.91) and its
-    extra pass made a step 15-25% slower; it is there for longer lags, where a trust region centred
-    on a policy many versions old clips most tokens away.
+    and the objective is the one above. Off by default: at async level 2 it learned no better per
+    version on the built-in task and its extra pass makes every step slower (docs/benchmarks.md);
+    it is there for longer lags, where a trust region centred on a policy many versions old clips
+    most tokens away.
   - Token-level normalisation (DAPO / INTELLECT-2): the loss is the sum over all completion tokens
     of the minibatch divided by their count, so long completions are not down-weighted.
   - Optional KL penalty to a reference policy with the k3 estimator exp(q - p) - (q - p) - 1
