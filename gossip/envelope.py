@@ -7,7 +7,6 @@ envelope, recomputed after decoding, so re-encoding the same signed message cann
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -15,6 +14,7 @@ import msgpack
 
 from gossip.errors import (BAD_SIGNATURE, MALFORMED, OVERSIZED, SCHEMA, UNKNOWN_KIND, UNKNOWN_VERSION,
                            Rejected)
+from gossip.hashing import blake2b256
 from gossip.identity import Identity, verify_signature
 from gossip.messages import MESSAGE_KINDS, Message
 
@@ -64,7 +64,7 @@ def seal(identity: Identity, message: Message) -> SignedMessage:
         raise ValueError(f"{message.KIND} body is {len(body)} bytes, at most {message.MAX_BODY}")
     sig = identity.sign(_signed_bytes(VERSION, message.KIND, body))
     wire = _pack_envelope(VERSION, message.KIND, body, identity.public_key, sig)
-    return SignedMessage(message, identity.public_key, hashlib.blake2b(wire, digest_size=32).digest(), wire)
+    return SignedMessage(message, identity.public_key, blake2b256(wire), wire)
 
 
 def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
@@ -97,7 +97,7 @@ def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
         raise Rejected(BAD_SIGNATURE, f"{kind} signature does not verify")
     message = decode_body(cls, body)
     wire = _pack_envelope(version, kind, body, signer, sig)
-    return SignedMessage(message, signer, hashlib.blake2b(wire, digest_size=32).digest(), wire)
+    return SignedMessage(message, signer, blake2b256(wire), wire)
 
 
 def decode_body(cls: type[Message], body: bytes) -> Message:

@@ -7,19 +7,15 @@ stored, and nothing is ever stored under a wrong name. The core deletes weights 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
 
-from node.fsutil import write_atomic
+from gossip.hashing import blake2b256
+from trainer.fsutil import write_atomic
 
 STALE_TMP_S = 3600.0
 RESCAN_S = 10.0
-
-
-def blob_hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 class BlobStore:
@@ -44,7 +40,7 @@ class BlobStore:
 
     def put(self, data: bytes, expected: bytes | None = None) -> bytes | None:
         """Store `data`; returns its hash, or None (and stores nothing) if it is not `expected`."""
-        digest = blob_hash(data)
+        digest = blake2b256(data)
         if expected is not None and digest != expected:
             return None
         if not self._path(digest).exists():

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from node.fsutil import write_atomic
+from trainer.fsutil import write_atomic
 
 CONTROL_FILE = "control.json"
 MAX_LINE = 1 << 20

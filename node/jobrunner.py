@@ -47,7 +47,7 @@ class JobRunner:
         self.blob_dir, self.state_dir = Path(blob_dir), Path(state_dir)
         self.threads = threads  # torch threads in the child (see child_main)
         self.device = device  # where the child's models run: "cpu" or a CUDA device
-        self.malicious = malicious  # demonstrations and tests: the child's jobs cheat (trainer/cheats.py)
+        self.malicious = malicious  # demonstrations and tests: the child's jobs cheat (a trainer/cheats.py Cheater)
         self.feed = feed
         self.log = log or (lambda event, **fields: None)
         self.max_queue = max_queue
@@ -258,7 +258,12 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
         conn.send(("fatal", f"the job process cannot start: {type(exc).__name__}: {exc}"))
         raise SystemExit(3)
     current = {"id": None}
-    worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, malicious=malicious, device=device,
+    cheat = None
+    if malicious:  # demonstrations and tests only
+        from trainer.cheats import Cheater
+
+        cheat = Cheater(malicious)
+    worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, cheat=cheat, device=device,
                        save_every=SAVE_EVERY, progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
     conn.send(("ready", torch.get_num_threads()))
     while True:

@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 from gossip.identity import Identity
-from node.fsutil import write_atomic
+from trainer.fsutil import write_atomic
 
 KEY_FILE = "identity.key"
 _HEADER = "swarm-ed25519-seed-v1"

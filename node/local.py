@@ -17,11 +17,11 @@ import tomllib
 from pathlib import Path
 
 from node.control import ControlError, call
-from node.fsutil import write_atomic
 from node.procs import start_peer, stop_processes
 from node.records import read_records
 from node.taskfile import EXAMPLE
 from swarm.stats import percentile
+from trainer.fsutil import write_atomic
 
 
 # Seconds between 1 KB latency probes. With 1 s heartbeats and 0.5 s probes, 45% of what each node

@@ -17,7 +17,6 @@ from node import control
 from node.blobstore import BlobStore
 from node.config import NodeConfig
 from node.driver import CoreDriver
-from node.fsutil import write_atomic
 from node.keystore import load_or_create_identity
 from node.log import EventLog
 from node.records import Records
@@ -29,6 +28,7 @@ from swarm.core import CoreConfig, PeerCore
 from swarm.io import Started
 from swarm.membership import MembershipConfig
 from swarm.rng import stable_seed
+from trainer.fsutil import write_atomic
 
 PEERS_FILE = "peers.json"  # where we last found peers: a restarted node rejoins without --join
 QUIET_EVENTS = frozenset({"message-rejected", "request-failed"})

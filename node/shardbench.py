@@ -17,7 +17,6 @@ carry, it measures the protocol, as the simulator's per-peer links do.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,14 +25,11 @@ from pathlib import Path
 
 from node.control import ControlError, call
 from node.procs import start_peer, stop_processes
+from gossip.hashing import blake2b256
 from node.records import read_records
 from swarm.pieces import DEFAULT_PIECE_SIZE
 
 SHARD = 1 << 20
-
-
-def _hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 def _wait(what: str, cond, timeout: float, every: float = 0.2):
@@ -85,12 +81,12 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
         (seed_dir / "shards").mkdir(parents=True, exist_ok=True)
         hashes = []
         for s in shards:
-            h = _hash(s)
+            h = blake2b256(s)
             (seed_dir / "shards" / h.hex()).write_bytes(s)
             hashes.append(h)
-        pieces = [_hash(payload[i:i + piece_size]) for i in range(0, size, piece_size)]
+        pieces = [blake2b256(payload[i:i + piece_size]) for i in range(0, size, piece_size)]
         manifest = {"task_id": task_id, "version": 1, "parent_version": -1, "parent_root": "", "encoding": "full",
-                    "dtype": "bf16", "root": _hash(b"bench" + b"".join(hashes)).hex(), "shard_size": shard_size,
+                    "dtype": "bf16", "root": blake2b256(b"bench" + b"".join(hashes)).hex(), "shard_size": shard_size,
                     "raw_size": size, "compressed_size": size, "shard_hashes": [h.hex() for h in hashes],
                     "piece_size": piece_size, "piece_hashes": [h.hex() for h in pieces],
                     "tensors": [], "created_at": 0.0}
@@ -108,7 +104,7 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
         for d in dirs:  # nothing unverified on disk: every stored shard hashes to its name
             for f in (d / "shards").iterdir():
                 if not f.name.startswith("."):
-                    assert _hash(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
+                    assert blake2b256(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
         served = {d.name: call(d, "status")["host"]["driver"].get("pieces-served", 0) for d in dirs}
         return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards), "pieces": len(pieces),
                 "upload_mbps": upload_mbps,

@@ -12,18 +12,14 @@ has not heard of yet. A restarted node finds its shards here and resumes its dow
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
 
-from node.fsutil import write_atomic
+from gossip.hashing import blake2b256
+from trainer.fsutil import write_atomic
 
 GC_GRACE = 300.0  # seconds: files younger than this survive a gc whatever it says
-
-
-def shard_hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 class ShardDir:
@@ -36,7 +32,7 @@ class ShardDir:
         return self.root / bytes(digest).hex()
 
     def put(self, digest: bytes, data: bytes) -> bool:
-        if len(digest) != 32 or shard_hash(data) != digest:
+        if len(digest) != 32 or blake2b256(data) != digest:
             return False
         if not self._path(digest).exists():
             write_atomic(self._path(digest), data)
@@ -49,7 +45,7 @@ class ShardDir:
             data = self._path(digest).read_bytes()
         except FileNotFoundError:
             return None
-        if shard_hash(data) != digest:
+        if blake2b256(data) != digest:
             self.rotten += 1
             self._path(digest).unlink(missing_ok=True)
             return None
@@ -65,7 +61,7 @@ class ShardDir:
                 data = fh.read(length)
         except FileNotFoundError:
             return None
-        if len(data) != length or shard_hash(data) != digest:
+        if len(data) != length or blake2b256(data) != digest:
             self.rotten += 1
             self._path(shard).unlink(missing_ok=True)
             return None

@@ -1,6 +1,6 @@
 """Proofs that a rollout batch is what its worker says it is, checked by any validator.
 
-Worker side (trainer/jobs.py): for each completion,
+Worker side (trainer/generatejob.py): for each completion,
     proof = proofs.toploc.build_proof(completion.hidden)   # bf16 final-norm states, 258 B / 32 tokens
 and put it in the batch's per-sample `proof` field.
 

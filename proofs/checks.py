@@ -36,6 +36,7 @@ import torch
 
 from gossip import assignment
 from gossip.assignment import sample_seed
+from gossip.hashing import blake2b256
 from proofs import sampling, toploc
 
 OK = "ok"
@@ -126,7 +127,7 @@ def canonical(evidence: dict) -> bytes:
 def _verdict(claim: Claim, reason: str, numbers: dict | None = None, **where) -> Verdict:
     evidence = _finite({"reason": reason, "commitment": {"worker": claim.worker_key.hex(), "version": claim.version,
                                                          "prompts": list(claim.prompt_indices)}, **where})
-    digest = hashlib.blake2b(canonical(evidence), digest_size=32).digest()
+    digest = blake2b256(canonical(evidence))
     return Verdict(reason == OK, reason, evidence, digest, _finite(numbers or {}))
 
 

@@ -27,6 +27,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
+from swarm.stats import percentile
+
 GLOBAL_TOPICS = ("swarm/1/status", "swarm/1/tasks", "swarm/1/probe")
 REWARD_WINDOW = 10  # steps averaged for the first and the latest mean rollout reward
 JOIN_SETTLE = 10.0  # a peer counts as live for delivery once its incarnation is this old
@@ -40,14 +42,6 @@ class CheckResult:
 
     def as_dict(self) -> dict:
         return {"ok": self.ok, "detail": self.detail, "violations": self.violations[:10]}
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
-    return ordered[rank]
 
 
 class PeerTable:

@@ -29,17 +29,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from gossip.hashing import blake2b256
+
 MAX_RECIPES = 400_000  # blobs and shards the world remembers how to make (about 100 bytes each)
 SHARD_CACHE_BYTES = 96 << 20  # shard bytes kept built (shared by every peer that serves them)
 NODE_BLOBS = 4096  # blobs one peer keeps (LRU), like a bounded blob store
 NODE_SHARDS = 65536  # shards one peer keeps at most (the core's KeepShards normally keeps far fewer)
-NODE_SEEN = 8192  # batch contents one peer's verify jobs remember (duplicate check), like trainer/jobs.py
+NODE_SEEN = 8192  # batch contents one peer's verify jobs remember (duplicate check), like trainer/verifyjob.py
 NODE_GENERATED = 4096  # prompt slices a worker's job process remembers (trainer/generated.py keeps 64 versions)
 GC_GRACE = 300.0  # KeepShards spares shards younger than this, like node/shardstore.py
-
-
-def blake2b256(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 def label_of(*parts: Any) -> bytes:

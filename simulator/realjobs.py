@@ -14,8 +14,8 @@ the peer's `NodeStore` holds it (it fetched it, or its own job made it), so a jo
 received a batch fails as node/'s would. What a job writes is linked into the world's content dir
 and registered with `Content.add_file`, so it travels with its real bytes.
 
-Cheats: a peer whose adversary behaviour has a `cheat` runs its jobs with `malicious=cheat`
-(trainer/cheats.py), so the real checks, not a cost model's verdict, must catch it.
+Cheats: a peer whose adversary behaviour has a `cheat` runs its jobs with that trainer/cheats.py
+`Cheater` passed in, so the real checks, not a cost model's verdict, must catch it.
 
 Determinism: torch runs on one thread, and seeds come from the jobs' payloads, so the same scenario and
 seed give the same trace on the same machine and torch build (float results may differ across CPUs).
@@ -24,7 +24,6 @@ seed give the same trace on the same machine and torch build (float results may 
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,9 +34,11 @@ from simulator.rolejobs import ROLE_KINDS
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome
 from swarm import jobs
 from trainer.cheats import GENERATING as GENERATING_CHEATS
+from trainer.cheats import Cheater
+from trainer.fsutil import write_atomic
 from trainer.jobs import JobError, JobWorker
 
-WALL_SUFFIX = "_s"  # trainer/jobs.py names its wall-clock stats so (warmup_s, grpo_s, train_s)
+WALL_SUFFIX = "_s"  # the init and train jobs name their wall-clock stats so (warmup_s, grpo_s, train_s)
 
 
 class RealRoleJobs:
@@ -65,8 +66,8 @@ class RealRoleJobs:
         entry = self._workers.get(ctx.peer)
         if entry is None or entry[0] != ctx.incarnation:
             root = self.peer_dir(ctx.peer)
-            cheat = ctx.cheat if ctx.cheat in jobs.MALICIOUS else ""
-            entry = (ctx.incarnation, JobWorker(root / "blobs", root / "state", malicious=cheat))
+            cheat = Cheater(ctx.cheat) if ctx.cheat in jobs.MALICIOUS else None
+            entry = (ctx.incarnation, JobWorker(root / "blobs", root / "state", cheat=cheat))
             self._workers[ctx.peer] = entry
         return entry[1]
 
@@ -154,6 +155,4 @@ def _link(source: Path, target: Path) -> None:
     except FileExistsError:
         pass
     except OSError:
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(source, tmp)
-        os.replace(tmp, target)
+        write_atomic(target, Path(source).read_bytes())

@@ -20,7 +20,7 @@ result_bytes` for a delta; task params `shard_size` and `full_every` as trainer/
 them) cut into shards whose hashes and root follow from the version's content and encoding. The
 weights id follows from the content alone (the manifest's tensor hash), so every peer that unpacks a
 manifest names the same weights the trainer checks rollouts against, and a restarted trainer that
-republishes its last version as a full one (trainer/jobs.py) names the same weights too.
+republishes its last version as a full one (trainer/initjob.py) names the same weights too.
 
 Cheats (a peer's adversary behaviour sets `cheat`): `other-model`, `inflated-reward`, `cherry-pick`
 forge generate results; `lying-validator` inverts verify results. Forged results are marked
@@ -170,7 +170,7 @@ class RoleExecutor:
         version, seed = 0, label_of("sim-init", job.task.task_id, job.task.model, job.seed)
         last = ctx.store.published.get(job.task.task_id) if ctx.store is not None else None
         meta = self.jobs.content.meta(last[1]) if last is not None and ctx.store.has_blob(last[1]) else None
-        if isinstance(meta, Weights):  # a restarted trainer resumes (trainer/jobs.py): its last version,
+        if isinstance(meta, Weights):  # a restarted trainer resumes (trainer/initjob.py): its last version,
             version, seed = last[0], meta.seed  # the same weights republished as a full version
         result, shards = self.jobs.pack(job.task, version, seed)
         result = jobs.VersionResult(version, result.weights, result.size, {"heldout_greedy": 0.0}, result.manifest)

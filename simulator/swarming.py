@@ -26,11 +26,11 @@ reaches their own endpoints, so times stay upper bounds of global max-min fairne
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
 from dataclasses import dataclass
 
+from gossip.hashing import blake2b256
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
 from swarm.pieces import Layout
 from swarm.rng import Rng, stable_seed
@@ -168,13 +168,12 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     layout = Layout(sizes, piece)
     # one bytes object per piece, shared by every peer that holds it, so the memoised hasher hashes it once
     pieces = [bytes([i % 256]) * layout.length(i) for i in range(layout.pieces)]
-    piece_digests = [hashlib.blake2b(b, digest_size=32).digest() for b in pieces]
+    piece_digests = [blake2b256(b) for b in pieces]
     digests = {id(b): d for b, d in zip(pieces, piece_digests)}
     by_digest = dict(zip(piece_digests, pieces))
-    hasher = lambda data: digests.get(id(data)) or hashlib.blake2b(data, digest_size=32).digest()  # noqa: E731
-    shard_digests = tuple(hashlib.blake2b(b"".join(pieces[p] for p in layout.pieces_of(s)), digest_size=32).digest()
-                          for s in range(count))
-    want = Want(hashlib.blake2b(b"version", digest_size=32).digest(), "0" * 16, 1, shard_digests, sizes, piece,
+    hasher = lambda data: digests.get(id(data)) or blake2b256(data)  # noqa: E731
+    shard_digests = tuple(blake2b256(b"".join(pieces[p] for p in layout.pieces_of(s))) for s in range(count))
+    want = Want(blake2b256(b"version"), "0" * 16, 1, shard_digests, sizes, piece,
                 tuple(piece_digests))
     star = cfg.mode == "star"
     xcfg = exchange_config(cfg)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in [0, 100]); None for no data."""
+    """Nearest-rank percentile (q in [0, 100]): the smallest value with at least q% of the values at
+    or below it; None for no data. The one copy: node/, simulator/ and bench/ use it too."""
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[rank]
 
 

@@ -7,18 +7,15 @@ truncated or tampered file is an error, never a silently wrong policy.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 from pathlib import Path
+
+from gossip.hashing import blake2b256
+from trainer.fsutil import write_atomic
 
 
 class BlobError(RuntimeError):
     """A blob is missing or does not match its name."""
-
-
-def blob_hash(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=32).digest()
 
 
 class BlobDir:
@@ -39,26 +36,17 @@ class BlobDir:
         except FileNotFoundError:
             raise BlobError(f"{what} {digest.hex()[:16]} is not in {self.root} (not fetched yet, "
                             "or evicted)") from None
-        if blob_hash(data) != digest:
+        if blake2b256(data) != digest:
             raise BlobError(f"{what} {digest.hex()[:16]} in {self.root} is corrupt (its bytes hash "
                             "to something else); delete the file so it is fetched again")
         return data
 
     def write(self, data: bytes) -> bytes:
         """Store `data` atomically under its hash; returns the hash."""
-        digest = blob_hash(data)
+        digest = blake2b256(data)
         target = self.path(digest)
         if target.exists():
             os.utime(target)  # fresh again for the store's oldest-first eviction
             return digest
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(target, data)
         return digest

@@ -21,21 +21,24 @@ tests and bench/detection.py, on its own sample type):
                      ones fail with a made-up reason and evidence hash
 
 Rollouts of every generating kind are signed and committed by the (honest) core as usual, so
-validators see exactly what a cheater would publish.
+validators see exactly what a cheater would publish. Whoever starts a dishonest job process passes a
+`Cheater` to its `JobWorker` (node/jobrunner.py, simulator/realjobs.py); the honest job code never
+imports this module.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections import OrderedDict
 from dataclasses import replace
 
 import torch
 
+from gossip.hashing import blake2b256
 from proofs import adversaries, toploc
 from proofs.checks import forward_many
 from swarm import jobs
+from trainer.jobenv import task_env
 
 CHERRY_POOL = 256  # cherry-pick chooses among prompt indices 0..CHERRY_POOL-1
 OTHER_MODEL_NOISE = 0.02
@@ -56,25 +59,26 @@ class Cheater:
 
     # ---------------------------------------------------------------- generate
 
-    def generate(self, worker, job: jobs.GenerateJob) -> jobs.GenerateResult:
-        """`worker` is the JobWorker: its honest helpers do the parts a cheater keeps honest."""
+    def generate(self, honest, job: jobs.GenerateJob) -> jobs.GenerateResult:
+        """`honest` is the job process's trainer/generatejob.py `GenerateJobs`: its helpers do the
+        parts a cheater keeps honest."""
         task_id = job.task.task_id
-        model, tokenizer = worker._policy(job.task.model, job.weights)
+        model, tokenizer = honest.models.policy(job.task.model, job.weights)
         if self.kind == "replay" and task_id in self._first:
             return self._first[task_id]
         indices = tuple(job.prompt_indices)
         if self.kind == "cherry-pick":
-            indices = self._easiest(worker, job, len(indices))
+            indices = self._easiest(job, len(indices))
         sampler = self._cheap_model(model, bytes(job.weights)) if self.kind in (
             "other-model", "low-precision", "int8-quant", "laundered") else model
-        samples = worker.rollouts(job, sampler, tokenizer, indices)
+        samples = honest.rollouts(job, sampler, tokenizer, indices)
         if self.kind == "laundered":
             samples = _recompute(model, samples)
         elif self.kind == "fabricated-tokens":
-            samples = self._fabricate(worker, job, model, tokenizer, samples)
+            samples = self._fabricate(honest, job, model, tokenizer, samples)
         elif self.kind == "inflated-reward":
             samples = [replace(s, reward=1.0) for s in samples]
-        result = worker.store_batch(job, indices, samples)
+        result = honest.store_batch(job, indices, samples)
         if self.kind == "replay":
             self._first[task_id] = replace(result, prompt_indices=indices)
         return result
@@ -97,20 +101,16 @@ class Cheater:
                 self._models.popitem(last=False)
         return self._models[key]
 
-    def _easiest(self, worker, job: jobs.GenerateJob, count: int) -> tuple[int, ...]:
+    def _easiest(self, job: jobs.GenerateJob, count: int) -> tuple[int, ...]:
         """The `count` prompts of the pool with the shortest answers (for digit sorting: the fewest
         digits), a different slice each batch so the batches are not identical."""
-        from trainer.jobs import _env
-
-        env = _env(job.task.env)
+        env = task_env(job.task.env)
         pool = sorted(range(CHERRY_POOL), key=lambda i: (len(env.prompt(i, "train").answer), i))
         start = (job.version * 7 + sum(job.prompt_indices)) % (CHERRY_POOL // 2)
         return tuple(sorted(pool[start:start + count]))
 
-    def _fabricate(self, worker, job, model, tokenizer, samples):
-        from trainer.jobs import _env
-
-        env = _env(job.task.env)
+    def _fabricate(self, honest, job, model, tokenizer, samples):
+        env = task_env(job.task.env)
         eos = tokenizer.eos_token_id
         failed = [k for k, s in enumerate(samples) if s.reward < 1.0]
         answers = {k: list(tokenizer(env.prompt(samples[k].prompt_index, "train").answer,
@@ -120,7 +120,7 @@ class Cheater:
         for k, (logits, hidden) in zip(failed, prefills):
             ids = answers[k]
             logp = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0]
-            reward = worker.score(job, samples[k].prompt_index, ids, True)
+            reward = honest.score(job, samples[k].prompt_index, ids, True)
             out[k] = replace(samples[k], token_ids=tuple(ids), logprobs=logp.numpy().astype("float32"),
                              finished=True, reward=float(reward), proof=toploc.build_proof(hidden))
         return out
@@ -132,7 +132,7 @@ class Cheater:
             return honest
         if not honest.passed:
             return jobs.VerifyResult(True, "ok", b"", "")
-        made_up = hashlib.blake2b(b"lie" + bytes(job.blob), digest_size=32).digest()
+        made_up = blake2b256(b"lie" + bytes(job.blob))
         return jobs.VerifyResult(False, "toploc", made_up, '{"chunk":0,"sample":0}')
 
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from trainer.versions import write_text_atomic
+from trainer.fsutil import write_atomic
 
 FILE = "generated.json"
 KEEP_VERSIONS = 64  # versions far outside any async window are forgotten; the file stays small
@@ -45,5 +45,4 @@ def record(state_path: Path, worker_key: bytes, version: int, indices) -> None:
     done.setdefault(int(version), set()).add(_key(worker_key, indices))
     newest = max(done)
     kept = {str(v): sorted(keys) for v, keys in sorted(done.items()) if v > newest - KEEP_VERSIONS}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(kept))
+    write_atomic(path, json.dumps(kept).encode())

@@ -32,7 +32,7 @@ def is_builtin(name: str) -> bool:
 
 def base_model(name: str, seed: int = 0):
     """(model, tokenizer) for a task's model name; the built-in model is freshly initialised from
-    `seed` (not warmed up: trainer.jobs does that), the others are loaded from disk."""
+    `seed` (not warmed up: trainer/initjob.py does that), the others are loaded from disk."""
     from trainer.model import create_builtin_model, load_model, load_smollm2
 
     if not isinstance(name, str) or not name:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
+
+from gossip.hashing import blake2b256
+from trainer.fsutil import write_atomic
 
 STATE_FILE = "trainer.json"
 OPTIMIZER_FILE = "optimizer.json"
@@ -40,23 +41,9 @@ def safe_name(task_id: str) -> str:
     return "task-" + hashlib.blake2b(task_id.encode(), digest_size=16).hexdigest()
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def save_version(directory: Path, version: int, weights: bytes) -> None:
     """Record the version about to be published (what a restarted trainer resumes from)."""
-    _write_atomic(Path(directory) / STATE_FILE,
+    write_atomic(Path(directory) / STATE_FILE,
                   json.dumps({"version": version, "weights": bytes(weights).hex()}).encode())
 
 
@@ -73,12 +60,12 @@ def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weight
                 scalars[f"{pid}.{name}"] = value
     meta = {"param_groups": json.dumps(sd["param_groups"]), "scalars": json.dumps(scalars)}
     data = st_save(tensors, metadata=meta)
-    digest = hashlib.blake2b(data, digest_size=32).hexdigest()
+    digest = blake2b256(data).hex()
     name = f"optimizer-{digest[:16]}.safetensors"
     directory = Path(directory)
-    _write_atomic(directory / name, data)
+    write_atomic(directory / name, data)
     record = {"version": version, "weights": bytes(weights).hex(), "optimizer": name, "optimizer_hash": digest}
-    _write_atomic(directory / OPTIMIZER_FILE, json.dumps(record).encode())
+    write_atomic(directory / OPTIMIZER_FILE, json.dumps(record).encode())
     for old in directory.glob("optimizer-*.safetensors"):
         if old.name != name:
             old.unlink(missing_ok=True)
@@ -114,7 +101,7 @@ def load_if_matching(directory: Path, optimizer: torch.optim.Optimizer, version:
         data = path.read_bytes()
     except OSError as exc:
         raise StateError(f"{path} is missing ({exc}); delete {OPTIMIZER_FILE} beside it to start afresh") from None
-    if hashlib.blake2b(data, digest_size=32).hexdigest() != record["optimizer_hash"]:
+    if blake2b256(data).hex() != record["optimizer_hash"]:
         raise StateError(f"{path} is corrupt (hash mismatch); delete it and {OPTIMIZER_FILE} to start afresh")
     try:
         tensors = st_load(data)

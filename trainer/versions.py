@@ -19,7 +19,6 @@ shard), `full_every` (default 8), `weights_dtype` ("bf16", "fp16" or "fp32"; def
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import torch
 from gossip.messages import WeightManifest
 from swarm import jobs
 from trainer.blobdir import BlobDir
+from trainer.fsutil import write_atomic
 from trainer.taskconfig import ParamError, int_param
 from trainer.weights import WeightsError, default_piece_size, pack_version, unpack_version
 from trainer.weights.manifest import FORMAT, MIN_PIECE_SIZE
@@ -41,12 +41,6 @@ UNPACKED_CACHE_BYTES = 64 << 20  # parsed weights kept by `Versions.unpack` (the
 
 class VersionError(RuntimeError):
     """A version could not be packed or rebuilt (the message says why)."""
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def state_of_blob(data: bytes) -> dict[str, torch.Tensor]:
@@ -137,7 +131,7 @@ class Versions:
         digest = self.blobs.write(master)
         state_path.mkdir(parents=True, exist_ok=True)
         before = _master_record(state_path)
-        write_text_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n")
+        write_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n".encode())
         if before is not None and before[1] != digest:  # only the newest is ever resumed from
             self.blobs.path(before[1]).unlink(missing_ok=True)
 

@@ -1,6 +1,6 @@
 """Guarded adapter over py-libp2p 0.8.1: Noise+yamux host, gossipsub 1.1, request/response streams.
 
-Import from here (or node.libp2p_host); the submodules each do one job:
+Import from here; the submodules each do one job:
 config (settings, errors), build (construct libp2p objects), host (the Host API, open_host),
 guard (exception containment), reqresp + framing (request streams), ratelimit, events, stats.
 """

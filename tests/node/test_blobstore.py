@@ -4,14 +4,15 @@ for files the job process wrote behind its back."""
 import os
 import time
 
-from node.blobstore import RESCAN_S, STALE_TMP_S, BlobStore, blob_hash
+from gossip.hashing import blake2b256
+from node.blobstore import RESCAN_S, STALE_TMP_S, BlobStore
 
 
 def test_put_checks_the_hash_and_get_reads_back(tmp_path):
     store = BlobStore(tmp_path)
     digest = store.put(b"batch")
-    assert digest == blob_hash(b"batch") and store.get(digest) == b"batch" and store.has(digest)
-    assert store.put(b"other", expected=digest) is None and not store.has(blob_hash(b"other"))
+    assert digest == blake2b256(b"batch") and store.get(digest) == b"batch" and store.has(digest)
+    assert store.put(b"other", expected=digest) is None and not store.has(blake2b256(b"other"))
     assert store.get(b"short") is None
 
 
@@ -31,9 +32,9 @@ def test_drop_deletes_released_weights_and_holds_the_cap(tmp_path):
     written = []
     for i in range(3):
         data = bytes([i]) * 1000
-        (tmp_path / blob_hash(data).hex()).write_bytes(data)
-        os.utime(tmp_path / blob_hash(data).hex(), (time.time() + i + 1,) * 2)  # newer than old and kept
-        written.append(blob_hash(data))
+        (tmp_path / blake2b256(data).hex()).write_bytes(data)
+        os.utime(tmp_path / blake2b256(data).hex(), (time.time() + i + 1,) * 2)  # newer than old and kept
+        written.append(blake2b256(data))
     clock.now += RESCAN_S  # the store looks at the directory again
     assert store.drop([old, b"\x00" * 32]) == 1 and not store.has(old)
     # 4,000 bytes left for a 3,000 byte cap: the oldest (kept) goes, the job's newer blobs stay
@@ -56,14 +57,14 @@ def test_the_cap_holds_between_scans_and_the_directory_is_scanned_only_when_due(
         os.utime(tmp_path / digests[-1].hex(), (time.time() + i,) * 2)
     assert len(scans) == 1, "one scan for five puts"
     assert [store.has(d) for d in digests] == [False, False, False, True, True]
-    job = tmp_path / blob_hash(b"j" * 1000).hex()
+    job = tmp_path / blake2b256(b"j" * 1000).hex()
     job.write_bytes(b"j" * 1000)  # the job process's newest blob, unseen until a scan
     os.utime(job, (time.time() + 10,) * 2)
     store.drop([])
     assert len(scans) == 1 and store.has(digests[3])
     clock.now += RESCAN_S
     store.drop([])
-    assert len(scans) == 2 and not store.has(digests[3]) and store.has(blob_hash(b"j" * 1000))
+    assert len(scans) == 2 and not store.has(digests[3]) and store.has(blake2b256(b"j" * 1000))
 
 
 def test_stale_temp_files_of_a_killed_writer_are_removed(tmp_path):
@@ -80,12 +81,9 @@ def test_stale_temp_files_of_a_killed_writer_are_removed(tmp_path):
 def test_a_piece_is_read_from_its_stored_shard_and_checked(tmp_path):
     """Pieces of stored shards are served from disk by offset; a piece that no longer hashes to the
     signed manifest's (a rotten file) is not served, and the shard is deleted so it is fetched again."""
-    import hashlib
-
     from node.shardstore import ShardDir
 
-    def h(data):
-        return hashlib.blake2b(data, digest_size=32).digest()
+    h = blake2b256
 
     shards = ShardDir(tmp_path / "shards")
     shard = bytes(range(256)) * 4

@@ -20,7 +20,7 @@ def test_a_cuda_job_process_trains_and_its_rollouts_verify_on_cpu_and_back(tmp_p
     gpu = JobWorker(tmp_path / "blobs", tmp_path / "gpu-state", device="cuda")
     cpu = JobWorker(tmp_path / "blobs", tmp_path / "cpu-state")  # the same blob store: the same version 0
     v0 = cpu.run("init", InitJob(TASK, seed=7))  # test_jobs.py's version 0 (tests/node_jobs inits on a GPU)
-    assert next(gpu._policy(TASK.model, v0.weights)[0].parameters()).device.type == "cuda"
+    assert next(gpu.models.policy(TASK.model, v0.weights)[0].parameters()).device.type == "cuda"
 
     def generate(worker, batch):
         prompts = ASSIGNED[batch * 4:batch * 4 + 4]

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from gossip.assignment import sample_seed
+from gossip.hashing import blake2b256
 from proofs.toploc import proof_size
 from swarm.jobs import GenerateJob, GenerateResult, InitJob, TaskSpec, TrainJob, VersionResult
 from tests.trainer_jobs.conftest import TASK
 from trainer.batch_codec import decode
-from trainer.blobdir import blob_hash
 from trainer.jobs import JobError, JobWorker
 from trainer.policy import base_model, load_weights
 
@@ -26,7 +26,7 @@ def test_init_stores_a_checked_weights_blob(initialised):
     worker, blobs, _, v0 = initialised
     assert isinstance(v0, VersionResult) and v0.version == 0
     data = (blobs / v0.weights.hex()).read_bytes()
-    assert blob_hash(data) == v0.weights and len(data) == v0.size
+    assert blake2b256(data) == v0.weights and len(data) == v0.size
     assert 0.0 <= v0.stats["heldout_greedy"] <= 1.0 and v0.stats["warmup_loss"] > 0
     model, _ = base_model(TASK.model, 0)
     load_weights(model, data)
@@ -85,7 +85,7 @@ def test_train_makes_version_one_and_resumes_from_state_dir(initialised):
     worker, blobs, state, v0 = initialised
     rollouts = tuple(gen(worker, v0, prompts=p).blob for p in ((1, 2), (3, 4), (5, 6), (7, 8)))
     v1 = worker.run("train", TrainJob(TASK, 0, v0.weights, rollouts))
-    assert v1.version == 1 and v1.weights != v0.weights and blob_hash((blobs / v1.weights.hex()).read_bytes()) == v1.weights
+    assert v1.version == 1 and v1.weights != v0.weights and blake2b256((blobs / v1.weights.hex()).read_bytes()) == v1.weights
     assert v1.stats["completions"] == 32 and 0 <= v1.stats["completions_used"] <= 32
     assert v1.stats["completions_used"] > 0 and {"loss", "reward", "clip_frac", "grad_norm"} <= set(v1.stats)
     # step 2 reuses version 0's rollouts (one version of lag, as async workers deliver them): the
@@ -115,7 +115,7 @@ def test_missing_and_corrupt_blobs(initialised):
     worker, blobs, _, v0 = initialised
     with pytest.raises(JobError, match="not in"):
         worker.run("generate", GenerateJob(TASK, 0, b"\x01" * 32, (1,), 2, WORKER))
-    fake = blob_hash(b"x")
+    fake = blake2b256(b"x")
     (blobs / fake.hex()).write_bytes(b"y")
     with pytest.raises(JobError, match="corrupt"):
         worker.run("train", TrainJob(TASK, 0, v0.weights, (fake,)))

@@ -10,6 +10,7 @@ from gossip.assignment import assign_prompts
 from swarm.jobs import MALICIOUS, GenerateJob, VerifyJob, VerifyResult
 from tests.trainer_jobs.conftest import TASK
 from trainer.batch_codec import decode
+from trainer.cheats import Cheater
 from trainer.jobs import JobWorker
 
 WORKER = b"v" * 32
@@ -31,7 +32,7 @@ def fresh(initialised, malicious=""):
     """A new job process with its own state dir: it may generate a slice another one generated
     (one job process answers `repeated` for a slice it made before: trainer/generated.py)."""
     _, blobs, state, _ = initialised
-    return JobWorker(blobs, state.parent / f"state-{next(FRESH)}", malicious=malicious)
+    return JobWorker(blobs, state.parent / f"state-{next(FRESH)}", cheat=Cheater(malicious) if malicious else None)
 
 
 def test_honest_batches_pass_and_a_resubmitted_one_is_a_duplicate(initialised):

@@ -49,8 +49,8 @@ def test_a_follower_rebuilds_the_trainers_versions_from_shards(initialised, tmp_
     assert r1.weights == v1.weights
     # the policy a generate job runs is the same from memory as from the file
     (tmp_path / "blobs" / r0.weights.hex()).write_bytes(kept)
-    from_memory, _ = follower._policy(TASK.model, r1.weights)
-    from_file, _ = JobWorker(tmp_path / "blobs", tmp_path / "state2")._policy(TASK.model, r1.weights)
+    from_memory, _ = follower.models.policy(TASK.model, r1.weights)
+    from_file, _ = JobWorker(tmp_path / "blobs", tmp_path / "state2").models.policy(TASK.model, r1.weights)
     assert follower.versions.unpacked(r1.weights) is not None
     for (k, a), (_, b) in zip(from_memory.state_dict().items(), from_file.state_dict().items()):
         assert torch.equal(a, b), k

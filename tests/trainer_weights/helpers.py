@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from gossip.hashing import blake2b256
 from trainer.weights import compute_root
-from trainer.weights.manifest import blake2b256
 
 
 def model(seed: int = 0, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:

@@ -1,55 +1,86 @@
-"""The shard store: verified atomic writes, bitmaps, resume after restart, garbage collection."""
+"""Weights on disk, as the job process keeps them: atomic writes, a blob dir that re-hashes what it
+reads, and versions packed into the shard dir and rebuilt from it alone (trainer/versions.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 
 import pytest
 import torch
 
+from gossip.hashing import blake2b256
+from gossip.messages import TensorEntry, WeightManifest
+from swarm.jobs import TaskSpec, UnpackJob
 from tests.trainer_weights.helpers import model, step
-from trainer.weights import RootMismatchError, ShardStore, pack_version, unpack_version
-from trainer.weights.manifest import blake2b256
+from trainer.blobdir import BlobDir, BlobError
+from trainer.fsutil import write_atomic
+from trainer.versions import VersionError, Versions
 
 torch.set_num_threads(1)
 
+TASK = TaskSpec("t-store", "builtin:digit-sort-tiny", "digit-sort", {"shard_size": 512})
+T0 = 1.8e9
+
+
+def files(root) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def versions_at(root) -> Versions:
+    """A job process's versions over `root` (blobs/ and shards/ beside each other, as in a data dir)."""
+    return Versions(BlobDir(root / "blobs"), root / "shards")
+
+
+def signed(result: tuple, version: int, parent_version: int = -1) -> WeightManifest:
+    fields = dict(result[2])
+    fields["tensors"] = tuple(TensorEntry(*t) for t in fields["tensors"])
+    return WeightManifest(task_id="0" * 16, version=version, parent_version=parent_version, created_at=T0, **fields)
+
+
+def copy_shards(source, target, manifest: WeightManifest) -> None:
+    """What the shard exchange does for a follower: the version's shards, nothing else."""
+    (target / "shards").mkdir(parents=True, exist_ok=True)
+    for h in manifest.shard_hashes:
+        shutil.copy(source / "shards" / h.hex(), target / "shards" / h.hex())
+
 
 @pytest.fixture(scope="module")
-def versions():
+def published(tmp_path_factory):
+    """(trainer dir, (digest, size, fields) of version 0, the same of version 1: a delta against 0)."""
+    root = tmp_path_factory.mktemp("trainer")
+    trainer = versions_at(root)
     v0 = model(0)
-    p0 = pack_version(v0, None, shard_size=512)
-    p1 = pack_version(step(v0), v0, shard_size=512, parent_root=p0.root)
-    assert len(p0.shards) >= 9 and p1.encoding == "delta"
-    return p0, p1
+    r0 = trainer.publish(TASK, v0)
+    r1 = trainer.publish(TASK, step(v0), r0[0], r0[2]["root"], 0)
+    assert len(r0[2]["shard_hashes"]) >= 3 and r1[2]["encoding"] == "delta"
+    return root, r0, r1
 
 
-def files(store: ShardStore) -> list[str]:
-    return sorted(str(p.relative_to(store.dir)) for p in store.dir.rglob("*") if p.is_file())
-
-
-def test_put_get_has_and_mismatch_writes_nothing(tmp_path):
-    s = ShardStore(tmp_path)
-    data = b"shard bytes"
-    h = blake2b256(data)
-    assert not s.has(h) and s.get(h) is None
-    assert not s.put(h, data + b"!")
-    assert files(s) == []
-    assert s.put(h, data) and s.has(h) and s.get(h) == data
-    assert s.put(h, data)  # idempotent
-    assert len(files(s)) == 1
+def test_blob_dir_round_trip_and_refusals(tmp_path):
+    blobs = BlobDir(tmp_path)
+    data = b"blob bytes"
+    digest = blobs.write(data)
+    assert digest == blake2b256(data) and blobs.read(digest) == data
+    assert blobs.write(data) == digest and files(tmp_path) == [digest.hex()]  # idempotent
+    with pytest.raises(BlobError, match="is not in"):
+        blobs.read(blake2b256(b"absent"))
+    with pytest.raises(BlobError, match="must be 32 bytes"):
+        blobs.read(digest[:16])
 
 
 def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    s = ShardStore(tmp_path)
-    data = os.urandom(4096)
+    path = tmp_path / "state" / "trainer.json"
+    write_atomic(path, b"old")
 
     def boom(fd):
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", boom)
     with pytest.raises(OSError):
-        s.put(blake2b256(data), data)
-    assert files(s) == [] and not s.has(blake2b256(data))
+        write_atomic(path, b"new")
+    assert files(tmp_path) == ["state/trainer.json"] and path.read_bytes() == b"old"
     monkeypatch.undo()
 
     def replace_fails(a, b):
@@ -57,78 +88,48 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", replace_fails)
     with pytest.raises(OSError):
-        s.put(blake2b256(data), data)
-    assert files(s) == []
+        write_atomic(tmp_path / "state" / "optimizer.json", b"new")
+    assert files(tmp_path) == ["state/trainer.json"] and path.read_bytes() == b"old"
 
 
-def test_rotten_shard_is_dropped_on_read(tmp_path):
-    s = ShardStore(tmp_path)
-    data = b"x" * 100
-    h = blake2b256(data)
-    s.put(h, data)
-    path = s.dir / "shards" / h.hex()[:2] / h.hex()
-    path.write_bytes(b"y" * 100)
-    assert s.get(h) is None and not s.has(h)
+def test_rotten_blob_is_an_error_on_read(tmp_path):
+    blobs = BlobDir(tmp_path)
+    digest = blobs.write(b"x" * 100)
+    blobs.path(digest).write_bytes(b"y" * 100)
+    with pytest.raises(BlobError, match="corrupt"):
+        blobs.read(digest)
 
 
-def test_track_bitmap_missing_and_resume_after_restart(tmp_path, versions):
-    p0, _ = versions
-    n = len(p0.shards)
-    s = ShardStore(tmp_path)
-    m = s.track(p0.manifest_fields())
-    assert m.root == p0.root and s.roots() == [p0.root]
-    assert s.held(p0.root) == [False] * n and s.bitmap(p0.root) == bytes((n + 7) // 8)
-    got = [0, 2, n - 1]
-    for i in got:
-        assert s.put_shard(p0.root, i, p0.shards[i])
-    assert not s.put_shard(p0.root, 1, p0.shards[0])  # right bytes, wrong slot
-    assert not s.put_shard(p0.root, n, p0.shards[0])
-    assert not s.put_shard(bytes(32), 0, p0.shards[0])  # untracked root
-    assert s.held(p0.root) == [i in got for i in range(n)]
-    bm = s.bitmap(p0.root)
-    assert [bool(bm[i // 8] & (0x80 >> (i % 8))) for i in range(n)] == s.held(p0.root)
-    assert s.shards(p0.root) is None
-
-    restarted = ShardStore(tmp_path)  # a new process: only the disk remains
-    assert restarted.roots() == [p0.root]
-    assert restarted.missing(p0.root) == [i for i in range(n) if i not in got]
-    for i in restarted.missing(p0.root):
-        assert restarted.put_shard(p0.root, i, p0.shards[i])
-    shards = restarted.shards(p0.root)
-    assert shards == list(p0.shards)
-    assert unpack_version(restarted.manifest(p0.root), shards).keys() == model(0).keys()
+def test_a_version_rebuilds_from_the_shard_dir_alone(published, tmp_path):
+    root, r0, _ = published
+    m0 = signed(r0, 0)
+    assert all(blake2b256((root / "shards" / h.hex()).read_bytes()) == h for h in m0.shard_hashes)
+    copy_shards(root, tmp_path, m0)
+    follower = versions_at(tmp_path)  # another peer, or a restart: only the disk remains
+    rebuilt = follower.unpack(UnpackJob("0" * 16, 0, m0, b""))
+    assert rebuilt.weights == r0[0] and rebuilt.size == r0[1], "bit-identical to the published blob"
+    assert (tmp_path / "blobs" / r0[0].hex()).read_bytes() == (root / "blobs" / r0[0].hex()).read_bytes()
 
 
-def test_track_rejects_bad_manifest(tmp_path, versions):
-    s = ShardStore(tmp_path)
-    with pytest.raises(RootMismatchError):
-        s.track(dict(versions[0].manifest_fields(), root=bytes(32)))
-    assert s.roots() == []
+def test_a_manifest_with_a_wrong_root_is_refused(published, tmp_path):
+    root, r0, _ = published
+    m0 = signed(r0, 0)
+    copy_shards(root, tmp_path, m0)
+    forged = dataclasses.replace(m0, root=bytes(32))  # shards and tensors as published, another name
+    with pytest.raises(VersionError, match="version 0 does not rebuild"):
+        versions_at(tmp_path).unpack(UnpackJob("0" * 16, 0, forged, b""))
+    assert files(tmp_path / "blobs") == []
 
 
-def test_gc_keeps_only_what_kept_roots_need(tmp_path, versions):
-    p0, p1 = versions
-    s = ShardStore(tmp_path)
-    for p in versions:
-        s.track(p.manifest_fields())
-        for i, data in enumerate(p.shards):
-            s.put_shard(p.root, i, data)
-    stray = b"untracked"
-    s.put(blake2b256(stray), stray)
-    fanout = s.dir / "shards" / p1.shard_hashes[0].hex()[:2]  # where a put writes its temp file
-    stale = fanout / ".tmp-crashed"
-    stale.write_bytes(b"partial")
-    os.utime(stale, (0, 0))
-    fresh = fanout / ".tmp-inflight"
-    fresh.write_bytes(b"partial")
-
-    s.gc(keep=[p1.root])
-    assert s.roots() == [p1.root] and s.manifest(p0.root) is None
-    assert s.shards(p1.root) == list(p1.shards)
-    only_p0 = set(p0.shard_hashes) - set(p1.shard_hashes)
-    assert only_p0 and not any(s.has(h) for h in only_p0)
-    assert not s.has(blake2b256(stray))
-    assert not stale.exists() and fresh.exists()
-
-    s.gc(keep=[])
-    assert s.roots() == [] and [f for f in files(s) if ".tmp-" not in f] == []
+def test_a_delta_rebuilds_from_its_parent_and_not_without_it(published, tmp_path):
+    root, r0, r1 = published
+    m0, m1 = signed(r0, 0), signed(r1, 1, 0)
+    assert m1.encoding == "delta" and m1.parent_root == m0.root
+    copy_shards(root, tmp_path / "without-parent", m1)
+    with pytest.raises(BlobError, match="parent weights"):
+        versions_at(tmp_path / "without-parent").unpack(UnpackJob("0" * 16, 1, m1, r0[0]))
+    for m in (m0, m1):
+        copy_shards(root, tmp_path / "follower", m)
+    follower = versions_at(tmp_path / "follower")
+    assert follower.unpack(UnpackJob("0" * 16, 0, m0, b"")).weights == r0[0]
+    assert follower.unpack(UnpackJob("0" * 16, 1, m1, r0[0])).weights == r1[0]

@@ -10,6 +10,7 @@ import torch
 import zstandard
 from safetensors.numpy import save as st_save
 
+from gossip.hashing import blake2b256
 from tests.trainer_weights.helpers import model, reshard
 from trainer.weights import (
     DecompressionLimitError,
@@ -23,7 +24,6 @@ from trainer.weights import (
     unpack_version,
     verify_shard,
 )
-from trainer.weights.manifest import blake2b256
 
 torch.set_num_threads(1)
 

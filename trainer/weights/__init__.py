@@ -1,13 +1,13 @@
-"""Weight packing for policy versions: XOR deltas, zstd, content-addressed shards, a shard store.
+"""Weight packing for policy versions: XOR deltas, zstd, content-addressed shards.
 
 A trainer calls `pack_version` and gossips `PackedVersion.manifest_fields()` inside a signed
 message; shards travel over request/response streams and are checked one by one with
 `verify_shard`; a peer holding all shards (and, for a delta, the parent) calls `unpack_version`,
-which returns only fully verified tensors. `ShardStore` keeps shards on disk by hash so relays can
-serve them and downloads resume after a restart.
+which returns only fully verified tensors. Shards on disk are the node's (node/shardstore.py) and
+the job process's (trainer/versions.py).
 
 Modules: tensors (bytes, XOR, shuffle), manifest (fields, bounds, root), payload (safetensors +
-zstd), pack, unpack, store, jsonio, errors.
+zstd), pack, unpack, errors.
 """
 
 from swarm.pieces import DEFAULT_PIECE_SIZE, default_piece_size
@@ -26,7 +26,6 @@ from .errors import (
 from .manifest import Manifest, TensorEntry, compute_root, parse_manifest
 from .pack import DEFAULT_SHARD_SIZE, PackedVersion, pack_version
 from .payload import HARD_MAX_RAW_SIZE
-from .store import ShardStore
 from .unpack import unpack_version, verify_shard
 
 __all__ = [
@@ -42,7 +41,6 @@ __all__ = [
     "RootMismatchError",
     "ShardCountError",
     "ShardHashError",
-    "ShardStore",
     "TensorEntry",
     "TensorHashError",
     "WeightsError",

@@ -32,18 +32,18 @@ means a relay cannot re-label a version's shape, dtype or parent without changin
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
 from typing import Any
+
+from gossip.hashing import HASH_SIZE, blake2b256
 
 from .errors import ManifestError, RootMismatchError
 from .tensors import CARRY_DTYPES, ITEMSIZE
 
 FORMAT = "swarm-weights/2"
 ROOT_TAG = b"swarm-weights/2 root\x00"
-HASH_SIZE = 32
 DELTA_OPS = ("sub", "xor")
 
 # Bounds a receiver enforces before allocating anything on a manifest's word.
@@ -59,11 +59,6 @@ MAX_DEPTH = 1 << 20
 # Safetensors header allowance on top of the tensor bytes: fixed part plus per-tensor entry.
 HEADER_BASE = 4096
 HEADER_PER_TENSOR = 256
-
-
-def blake2b256(data: bytes | bytearray | memoryview) -> bytes:
-    """The one hash used for shards, tensors and roots."""
-    return hashlib.blake2b(data, digest_size=HASH_SIZE).digest()
 
 
 @dataclass(frozen=True)

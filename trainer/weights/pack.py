@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gossip.hashing import blake2b256
 from swarm.pieces import default_piece_size  # what peers relay one at a time (swarm/pieces.py: why not whole shards)
 
 from . import payload
@@ -30,7 +31,6 @@ from .manifest import (
     MIN_SHARD_SIZE,
     Manifest,
     TensorEntry,
-    blake2b256,
     compute_root,
 )
 from .tensors import ITEMSIZE, carried, dtype_name, sub_delta, to_bytes, xor

@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
+from gossip.hashing import blake2b256
+
 from . import payload
 from .errors import ParentMismatchError, ShardCountError, ShardHashError, TensorHashError
-from .manifest import Manifest, blake2b256, parse_manifest
+from .manifest import Manifest, parse_manifest
 from .tensors import ITEMSIZE, add_delta, carried, dtype_name, from_bytes, to_bytes, xor
 
 
