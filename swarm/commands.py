@@ -89,4 +89,5 @@ class Commands:
         self.probe_seq += 1
         payload = bytes(self.rng.randrange(256) for _ in range(min(size, 64))) * (size // 64 + 1)
         probe = Probe(seq=self.probe_seq, sent_at=now, payload=payload[:size])
-        return self.ctx.publish(now, topics.PROBE, probe) + [CommandResult(cmd.command_id, True, {"seq": self.probe_seq})]
+        done = CommandResult(cmd.command_id, True, {"seq": self.probe_seq})
+        return self.ctx.publish(now, topics.PROBE, probe) + [done]

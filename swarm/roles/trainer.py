@@ -175,7 +175,8 @@ class TrainerRole(Role):
 
     def _compare_with_others(self, now: float, state: TrainerTask, check: Check) -> list:
         """Our own check is the reference (swarm/trust.py: SecondOpinions)."""
-        wrong = state.others_said.contradicted(check.commitment_id, None if check.result is None else check.result.passed)
+        passed = None if check.result is None else check.result.passed
+        wrong = state.others_said.contradicted(check.commitment_id, passed)
         return self.ctx.ban(now, *wrong) if wrong is not None else []
 
     # ---- training
