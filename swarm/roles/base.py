@@ -1,8 +1,9 @@
-"""What a role (worker, trainer, validator) sees of the core, and what it must answer.
+"""What a role (worker, trainer, validator, mirror) must answer; what it may ask is `RoleContext`.
 
 A role is a small state machine per task. The core routes to it the inputs that concern it and
-returns its effects; the role asks the core for ids, publishing and requests through `RoleContext`
-so every job and request is tracked in one place (the core knows which role to wake).
+returns its effects. A role is built with a `RoleContext` (swarm/context.py), never the core: it
+asks the context for publishing, jobs, requests and timers, so every job and request is tracked in
+one place (the core knows which role to wake).
 """
 
 from __future__ import annotations

@@ -33,38 +33,38 @@ class Check:
     retry_at: float | None = None  # when to fetch the blob again (a try failed, or a dial is under way)
 
 
-def fetch_blob(core, owner, now: float, check: Check) -> list:
+def fetch_blob(ctx, owner, now: float, check: Check) -> list:
     """Ask the worker for the committed blob. The commitment came by gossip, often through other peers:
     with no link to the worker, dial it (its addresses came with its heartbeats) and ask once the
     retry is due; a 1,000-peer simulation lost a batch, and with it every later step, to a trainer
     that asked a worker it had no link to."""
     check.tries += 1
     check.retry_at = None
-    info = core.membership.peers.get(check.worker)
+    info = ctx.peer_info(check.worker)
     if info is not None and not info.connected and check.tries < BLOB_TRIES:
         check.retry_at = now + BLOB_RETRY
-        if core.membership.dialable(info, now) and not core.is_banned(check.worker):
-            return [core.membership.dial(info, now)]
+        if ctx.dialable(info, now):
+            return [ctx.dial(info, now)]
         return []
     c = check.commitment
-    return [core.new_request(now, owner, ("rollouts", c.task_id, check.commitment_id), check.worker,
-                             protocols.BLOB, c.blob_hash, timeout=30.0)]
+    return [ctx.request(now, owner, ("rollouts", c.task_id, check.commitment_id), check.worker,
+                        protocols.BLOB, c.blob_hash, timeout=30.0)]
 
 
-def retry_blobs(core, owner, now: float, checks, timer: str) -> list:
+def retry_blobs(ctx, owner, now: float, checks, timer: str) -> list:
     """Fetch again the blobs whose retry is due, and set `timer` for the next one (a role's timer)."""
     effects = []
     for check in list(checks):
         if check.retry_at is not None and check.retry_at <= now and not check.blob_ok:
-            effects += fetch_blob(core, owner, now, check)
-    arm_retry(core, checks, timer)
+            effects += fetch_blob(ctx, owner, now, check)
+    arm_retry(ctx, checks, timer)
     return effects
 
 
-def arm_retry(core, checks, timer: str) -> None:
+def arm_retry(ctx, checks, timer: str) -> None:
     due = min((c.retry_at for c in checks if c.retry_at is not None), default=None)
     if due is not None:
-        core.set_timer(timer, due)
+        ctx.timer(timer, due)
 
 
 def blob_arrived(check: Check, response: ResponseReceived, now: float) -> tuple[list, str | None]:
@@ -82,23 +82,23 @@ def blob_arrived(check: Check, response: ResponseReceived, now: float) -> tuple[
     return [StoreBlob(c.blob_hash, response.data)], None
 
 
-def verify_job(core, owner, spec: jobs.TaskSpec, check: Check, weights: bytes):
+def verify_job(ctx, owner, spec: jobs.TaskSpec, check: Check, weights: bytes):
     c = check.commitment
     check.verifying = True
     payload = jobs.VerifyJob(task=spec, worker_key=check.worker_key, version=c.policy_version, weights=weights,
                              blob=c.blob_hash, prompt_indices=c.prompt_indices, samples_per_prompt=c.samples_per_prompt,
                              mean_reward=c.mean_reward, num_tokens=c.num_tokens)
-    return core.new_job(owner, (c.task_id, jobs.VERIFY, check.commitment_id), jobs.VERIFY, payload)
+    return ctx.job(owner, (c.task_id, jobs.VERIFY, check.commitment_id), jobs.VERIFY, payload)
 
 
-def publish_verdict(core, now: float, check: Check, result: jobs.VerifyResult) -> list:
+def publish_verdict(ctx, now: float, check: Check, result: jobs.VerifyResult) -> list:
     c = check.commitment
     verdict = Verdict(task_id=c.task_id, commitment_id=check.commitment_id, subject=check.worker_key,
                       passed=result.passed, reason=(result.reason or PASSED)[:64],
                       evidence_hash=result.evidence_hash[:32], created_at=now, detail=result.detail[:256])
-    effects = core.publish(now, topics.task_topic(c.task_id, "verdicts"), verdict)
+    effects = ctx.publish(now, topics.task_topic(c.task_id, "verdicts"), verdict)
     effects.append(Emit("verdict", {"task_id": c.task_id, "worker": check.worker, "passed": result.passed,
                                     "reason": result.reason, "commitment_id": check.commitment_id.hex()[:16]}))
     if not result.passed:
-        effects += core.ban_for_cheating(now, check.worker, f"failed {result.reason}")
+        effects += ctx.ban(now, check.worker, f"failed {result.reason}")
     return effects

@@ -2,14 +2,14 @@
 
 Workers need the newest policy to generate with; validators need the exact version a commitment
 claims. A version is a signed `WeightManifest` (full, or a delta on its parent) whose shards are
-downloaded through the core's shard exchange (`swarm/roles/shards.py`: from every peer that holds
+downloaded through the peer's shard exchange (`swarm/roles/shards.py`: from every peer that holds
 them, each shard checked against the manifest's hash). When all shards of a version are held and
 its parent is installed (or it is a full version), an `unpack` job rebuilds it (trainer/weights:
 every shard, the root and every tensor hash are checked again) and stores the weights as a blob,
 whose hash is what generate and verify jobs use. A newcomer installs the chain from the last full
 version forward (the trainer re-announces that chain). Versions older than the window (`keep`)
 plus a margin are released: their shards are garbage-collected and their weights blobs deleted
-once no other role of this peer holds them (`core.blobs`).
+once no other role of this peer holds them (`RoleContext.release_blobs`).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ class PolicyFollower:
     ready: set[int] = field(default_factory=set)  # versions whose shards are all held
     unpacking: int | None = None
     failures: int = 0
-    core: object = None
+    ctx: object = None  # the owner's RoleContext, kept from the first input
     owner: object = None
 
     # ---- inputs
 
-    def on_manifest(self, core, owner, now: float, msg: WeightManifest, signer: str) -> list:
-        self.core, self.owner = core, owner
+    def on_manifest(self, ctx, owner, now: float, msg: WeightManifest, signer: str) -> list:
+        self.ctx, self.owner = ctx, owner
         known = self.manifests.get(msg.version)
         if known is not None and known.root != msg.root:
             return [Emit("weights-conflict", {"task_id": self.task_id, "version": msg.version})]
@@ -59,12 +59,12 @@ class PolicyFollower:
             self.latest, self.latest_source = msg.version, signer
         return self._advance(now)
 
-    def fetch_latest(self, core, owner, now: float) -> list:
+    def fetch_latest(self, ctx, owner, now: float) -> list:
         """Retry after a failure (the owner's refetch timer)."""
-        self.core, self.owner = core, owner
+        self.ctx, self.owner = ctx, owner
         return self._advance(now)
 
-    def on_response(self, core, owner, now: float, version: int, response: ResponseReceived) -> tuple[list, bool]:
+    def on_response(self, ctx, owner, now: float, version: int, response: ResponseReceived) -> tuple[list, bool]:
         return [], False  # weights no longer travel as one blob: kept for callers' routing
 
     def on_shards_done(self, now: float, root: bytes) -> list:
@@ -76,7 +76,7 @@ class PolicyFollower:
     def on_job_finished(self, now: float, tag, done: JobFinished) -> list:
         _, version = tag
         self.unpacking = None
-        core, owner = self.core, self.owner
+        ctx, owner = self.ctx, self.owner
         if not done.ok:
             self.failures += 1
             m = self.manifests.pop(version, None)
@@ -85,13 +85,13 @@ class PolicyFollower:
             effects = [Emit("weights-fetch-failed", {"task_id": self.task_id, "version": version,
                                                      "reason": done.error[:200]})]
             if m is not None:
-                effects += core.shards.release(now, m.root, self)
-            core.set_timer(f"{owner.name}:{self.task_id}:refetch", now + RETRY_AFTER)
+                effects += ctx.release_shards(now, m.root, self)
+            ctx.timer(f"{owner.name}:{self.task_id}:refetch", now + RETRY_AFTER)
             return effects
         result: jobs.VersionResult = done.result
         self.held[version] = result.weights
-        core.blobs.hold(self, result.weights)
-        core.versions[self.task_id] = max(core.versions.get(self.task_id, -1), max(self.held))
+        ctx.hold_blob(self, result.weights)
+        ctx.hold_version(self.task_id, max(self.held))
         effects = [Emit("version-installed", {"task_id": self.task_id, "version": version})]
         effects += self._forget_old(now)
         effects += owner.on_timer(now, f"{owner.name}:{self.task_id}:installed")
@@ -117,22 +117,22 @@ class PolicyFollower:
         return []
 
     def _advance(self, now: float) -> list:
-        core = self.core
-        if core is None:
+        ctx = self.ctx
+        if ctx is None:
             return []
         chain = self._chain()
         effects: list = []
         for v in chain:
             if v not in self.wanted:
                 self.wanted.add(v)
-                effects += core.shards.want(now, self.manifests[v], self, self.signers.get(v, ""))
+                effects += ctx.want_shards(now, self.manifests[v], self, self.signers.get(v, ""))
         if chain and self.unpacking is None and chain[0] in self.ready:
             v = chain[0]
             m = self.manifests[v]
             parent = self.held.get(m.parent_version, b"") if m.encoding == "delta" else b""
             self.unpacking = v
             payload = jobs.UnpackJob(task_id=self.task_id, version=v, manifest=m, parent_weights=parent)
-            effects.append(core.new_job(self, ("unpack", v), jobs.UNPACK, payload))
+            effects.append(ctx.job(self, ("unpack", v), jobs.UNPACK, payload))
         return effects
 
     def _forget_old(self, now: float) -> list:
@@ -143,14 +143,14 @@ class PolicyFollower:
         for v in sorted(self.held):
             if v < floor and v != newest:
                 released.append(self.held.pop(v))
-        effects += self.core.blobs.release(self, [d for d in released if d not in self.held.values()])
+        effects += self.ctx.release_blobs(self, [d for d in released if d not in self.held.values()])
         for v in sorted(self.manifests):
             if v < floor and v != newest:
                 m = self.manifests.pop(v)
                 self.signers.pop(v, None)
                 self.ready.discard(v)
                 self.wanted.discard(v)
-                effects += self.core.shards.release(now, m.root, self)
+                effects += self.ctx.release_shards(now, m.root, self)
         return effects
 
     def newest_held(self) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gossip.messages import WeightManifest
+from swarm.context import RoleContext
 from swarm.io import Emit
 from swarm.roles.base import Role
 
@@ -27,8 +28,8 @@ class MirrorRole(Role):
     name = "mirror"
     serves = True
 
-    def __init__(self, core) -> None:
-        self.core = core
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
         self.tasks: dict[str, MirrorTask] = {}
 
     def on_task(self, now, known) -> list:
@@ -44,10 +45,10 @@ class MirrorRole(Role):
         if msg.version < newest - state.keep:
             return []
         state.manifests[msg.version] = msg
-        effects = self.core.shards.want(now, msg, self, signer)
+        effects = self.ctx.want_shards(now, msg, self, signer)
         for v in [v for v in state.manifests if v < max(state.manifests) - state.keep]:
             state.held.discard(v)
-            effects += self.core.shards.release(now, state.manifests.pop(v).root, self)
+            effects += self.ctx.release_shards(now, state.manifests.pop(v).root, self)
         return effects
 
     def on_shards_done(self, now: float, root: bytes) -> list:
@@ -56,7 +57,7 @@ class MirrorRole(Role):
                 if m.root == root and version not in state.held:
                     state.held.add(version)
                     if self.serves:  # the heartbeat tells peers whom to ask
-                        self.core.versions[task_id] = max(self.core.versions.get(task_id, -1), version)
+                        self.ctx.hold_version(task_id, version)
                     return [Emit("version-mirrored", {"task_id": task_id, "version": version})]
         return []
 

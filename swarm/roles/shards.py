@@ -1,6 +1,6 @@
 """The core's side of the shard exchange: `swarm.exchange` decisions turned into effects.
 
-Every peer has one (`core.shards`), whatever its roles: it serves the pieces it holds on
+Every peer has one (`PeerCore.shards`), whatever its roles: it serves the pieces it holds on
 `/swarm/shard/2` (swarm/pieces.py: of stored shards from disk, of shards still being fetched from
 memory), publishes `ShardHave` piece bitmaps on the task's weights topic, fetches what a follower
 (worker, validator) or anyone else asked for, and blames peers that serve bad bytes through the
@@ -15,6 +15,7 @@ from gossip import errors, topics
 from gossip.errors import Rejected
 from gossip.messages import ShardHave, WeightManifest
 from swarm import protocols
+from swarm.context import RoleContext
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
 from swarm.pieces import decode_request, encode_request
 from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
@@ -33,14 +34,14 @@ def want_of(msg: WeightManifest) -> Want:
 class ShardsRole(Role):
     name = "shards"
 
-    def __init__(self, core, rng, config: ExchangeConfig | None = None) -> None:
-        self.core = core
+    def __init__(self, ctx: RoleContext, rng, config: ExchangeConfig | None = None) -> None:
+        self.ctx = ctx
         self.exchange = ShardExchange(rng, config)
         self.owners: dict[bytes, set[int]] = {}  # root -> ids of the owners that need it
         self.waiting: dict[bytes, list] = {}  # root -> owners to tell when it is complete
         self.served = 0
         self.refused = 0
-        self.serves = "leech" not in core.config.roles  # a leech (bench baseline) only downloads
+        self.serves = not ctx.runs_role("leech")  # a leech (bench baseline) only downloads
         self.dialed: dict[str, float] = {}  # holders we dialed to fetch from -> when
 
     # ---- what owners ask
@@ -54,7 +55,7 @@ class ShardsRole(Role):
         if owner not in self.waiting.setdefault(msg.root, []):
             self.waiting[msg.root].append(owner)
         actions = self.exchange.add(now, want_of(msg))
-        if source and source != self.core.peer_id:
+        if source and source != self.ctx.peer_id:
             actions += self.exchange.on_holder(now, source, msg.task_id, msg.version)
         return self._carry(now, actions)
 
@@ -82,7 +83,7 @@ class ShardsRole(Role):
 
     def on_heartbeat(self, now: float, signer: str, versions: dict) -> list:
         if not self.exchange.downloads:  # nothing to fetch or time (a relay): what _carry([]) would do
-            self.core.timers.cancel("shards:tick")
+            self.ctx.cancel_timer("shards:tick")
             return []
         out: list = []
         for task_id, version in sorted(versions.items()):
@@ -90,7 +91,7 @@ class ShardsRole(Role):
         return self._carry(now, out)
 
     def on_connected(self, now: float, peer: str) -> list:
-        if self.core.is_banned(peer):
+        if self.ctx.is_banned(peer):
             return []
         return self._carry(now, self.exchange.on_connected(now, peer))
 
@@ -109,7 +110,7 @@ class ShardsRole(Role):
             root, index = decode_request(data)
         except Rejected as rej:
             self.refused += 1
-            return [Respond(request_id, error=rej.reason)] + self.core._penalise(now, peer, rej)
+            return [Respond(request_id, error=rej.reason)] + self.ctx.penalise(now, peer, rej)
         if not self.serves:
             self.refused += 1
             return [Respond(request_id, error="not-found")]
@@ -153,7 +154,7 @@ class ShardsRole(Role):
             del dialed[peer]
         if len(dialed) >= HOLDER_LINKS:
             return []
-        membership, core = self.core.membership, self.core
+        ctx = self.ctx
         effects: list = []
         for root in sorted(ex.downloads):
             d = ex.downloads[root]
@@ -164,14 +165,14 @@ class ShardsRole(Role):
                 continue
             candidates = []
             for peer in holders:
-                info = membership.peers.get(peer)
-                if info is not None and membership.dialable(info, now) and not core.is_banned(peer):
+                info = ctx.peer_info(peer)
+                if info is not None and ctx.dialable(info, now):
                     candidates.append(info)
             if not candidates:
                 continue
             info = candidates[ex.rng.randrange(len(candidates))]
             dialed[info.peer_id] = now
-            effects.append(membership.dial(info, now))
+            effects.append(ctx.dial(info, now))
             if len(dialed) >= HOLDER_LINKS:
                 break
         return effects
@@ -182,8 +183,8 @@ class ShardsRole(Role):
         effects: list = []
         for a in actions:
             if isinstance(a, Fetch):
-                effects.append(self.core.new_request(now, self, (a.root, a.index), a.peer, protocols.SHARD,
-                                                     encode_request(a.root, a.index), timeout=a.timeout))
+                effects.append(self.ctx.request(now, self, (a.root, a.index), a.peer, protocols.SHARD,
+                                                encode_request(a.root, a.index), timeout=a.timeout))
             elif isinstance(a, Store):
                 effects.append(StoreShard(a.digest, a.parts))
             elif isinstance(a, Check):
@@ -192,8 +193,8 @@ class ShardsRole(Role):
                 if not self.serves:
                     continue
                 have = ShardHave(task_id=a.task_id, root=a.root, version=a.version, bitmap=a.bitmap, sent_at=now)
-                if a.task_id in self.core.tasks.tasks:
-                    effects += self.core.publish(now, topics.task_topic(a.task_id, "weights"), have)
+                if self.ctx.follows_task(a.task_id):
+                    effects += self.ctx.publish(now, topics.task_topic(a.task_id, "weights"), have)
             elif isinstance(a, Done):
                 d = self.exchange.downloads.get(a.root)
                 if d is not None:
@@ -205,15 +206,15 @@ class ShardsRole(Role):
                     effects += owner.on_shards_done(now, a.root)
             elif isinstance(a, Blame):
                 effects.append(Emit("shard-rejected", {"peer": a.peer, "reason": a.reason, "detail": a.detail}))
-                if a.reason != errors.WITHHELD or self.core.ledger.score(a.peer) > -40:
-                    effects += self.core._penalise(now, a.peer, Rejected(a.reason, a.detail))
+                if a.reason != errors.WITHHELD or self.ctx.reputation(a.peer) > -40:
+                    effects += self.ctx.penalise(now, a.peer, Rejected(a.reason, a.detail))
         if self.exchange.downloads:
             effects += self.reach_holders(now)
         deadline = self.exchange.next_deadline()
         if deadline is not None:
-            self.core.set_timer("shards:tick", max(deadline, now))
+            self.ctx.timer("shards:tick", max(deadline, now))
         else:
-            self.core.timers.cancel("shards:tick")
+            self.ctx.cancel_timer("shards:tick")
         return effects
 
     def snapshot(self, now: float) -> list[dict]:

@@ -21,12 +21,14 @@ from gossip import errors, topics
 from gossip.errors import Rejected
 from gossip.messages import RolloutCommitment, TensorEntry, Verdict, WeightManifest
 from swarm import jobs
+from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
 from swarm.roles import checking
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.rng import stable_seed
 from swarm.taskparams import TaskParams, task_spec
+from swarm.trust import SecondOpinions
 
 MAX_PENDING = 256
 RETRY_AFTER = 5.0
@@ -45,7 +47,7 @@ class TrainerTask:
     busy: bool = False  # an init or train job is running
     pending: dict[bytes, Check] = field(default_factory=dict)  # by commitment id, arrival order
     in_step: list[Check] = field(default_factory=list)
-    others_said: dict[bytes, tuple[str, bool]] = field(default_factory=dict)  # commitment -> (validator, passed)
+    others_said: SecondOpinions = field(default_factory=SecondOpinions)  # trusted validators' verdicts
     rejected: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # worker -> verify jobs started for its batches
     trained_commitments: int = 0
@@ -57,18 +59,18 @@ class TrainerTask:
 class TrainerRole(Role):
     name = "trainer"
 
-    def __init__(self, core) -> None:
-        self.core = core
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
         self.tasks: dict[str, TrainerTask] = {}
 
     def on_task(self, now, known) -> list:
         task = known.task
-        if self.core.identity.public_key not in task.trainer_keys:
+        if self.ctx.public_key not in task.trainer_keys:
             return []
         state = self.tasks[task.task_id] = TrainerTask(task_spec(task), TaskParams.of(task), task.async_level)
         state.busy = True
         payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task.task_id) & 0x7FFFFFFF)
-        return [self.core.new_job(self, (task.task_id, jobs.INIT, ()), jobs.INIT, payload),
+        return [self.ctx.job(self, (task.task_id, jobs.INIT, ()), jobs.INIT, payload),
                 Emit("trainer-starting", {"task_id": task.task_id, "model": task.model})]
 
     # ---- rollouts in
@@ -76,7 +78,7 @@ class TrainerRole(Role):
     def on_message(self, now, signed, signer) -> list:
         msg = signed.message
         if isinstance(msg, Verdict):
-            return self._on_verdict(now, msg, signed.signer, self.core._signer_id(signed.signer))
+            return self._on_verdict(now, msg, signed.signer, self.ctx.signer(signed.signer))
         if not isinstance(msg, RolloutCommitment):
             return []
         state = self.tasks.get(msg.task_id)
@@ -93,8 +95,8 @@ class TrainerRole(Role):
         if len(state.pending) >= MAX_PENDING:
             raise Rejected(errors.CAPACITY, "too many rollout batches waiting")
         check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
-        effects = checking.fetch_blob(self.core, self, now, check)
-        checking.arm_retry(self.core, state.pending.values(), f"trainer:{msg.task_id}:blobs")
+        effects = checking.fetch_blob(self.ctx, self, now, check)
+        checking.arm_retry(self.ctx, state.pending.values(), f"trainer:{msg.task_id}:blobs")
         return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
@@ -109,7 +111,7 @@ class TrainerRole(Role):
             state.dropped += 1
             return [Emit("rollout-dropped", {"task_id": task_id, "worker": check.worker, "reason": failure})]
         if check.retry_at is not None:
-            checking.arm_retry(self.core, state.pending.values(), f"trainer:{task_id}:blobs")
+            checking.arm_retry(self.ctx, state.pending.values(), f"trainer:{task_id}:blobs")
             return effects
         return effects + self._verify_more(now, state)
 
@@ -138,7 +140,7 @@ class TrainerRole(Role):
                                                         "reason": errors.TOO_OLD}))
                 continue
             state.checked[check.worker] = state.checked.get(check.worker, 0) + 1
-            effects.append(checking.verify_job(self.core, self, state.spec, check, weights))
+            effects.append(checking.verify_job(self.ctx, self, state.spec, check, weights))
             break
         return effects
 
@@ -156,8 +158,8 @@ class TrainerRole(Role):
         check.result = result
         effects = self._compare_with_others(now, state, check)
         # Published either way: a trainer's verdict settles the commitment for every peer, so a
-        # validator that said otherwise is shown wrong everywhere (PeerCore._weigh_verdicts).
-        effects += checking.publish_verdict(self.core, now, check, result)
+        # validator that said otherwise is shown wrong everywhere (swarm/trust.py).
+        effects += checking.publish_verdict(self.ctx, now, check, result)
         if not result.passed:
             state.rejected += 1
             del state.pending[commitment_id]
@@ -165,21 +167,17 @@ class TrainerRole(Role):
 
     def _on_verdict(self, now: float, verdict: Verdict, key: bytes, validator: str) -> list:
         state = self.tasks.get(verdict.task_id)
-        if state is None or validator == self.core.peer_id or not self.core.trusts_verdicts_of(
-                self.core.tasks.tasks[verdict.task_id].task, key):
+        if state is None or validator == self.ctx.peer_id or not self.ctx.trusts_verdicts_of(verdict.task_id, key):
             return []
-        state.others_said[verdict.commitment_id] = (validator, verdict.passed)
-        while len(state.others_said) > 4096:
-            state.others_said.pop(next(iter(state.others_said)))
+        state.others_said.heard(verdict.commitment_id, validator, verdict.passed)
         check = state.pending.get(verdict.commitment_id)
         return self._compare_with_others(now, state, check) if check is not None else []
 
     def _compare_with_others(self, now: float, state: TrainerTask, check: Check) -> list:
-        """Our own check is the reference: a trusted validator that said otherwise loses our trust."""
-        said = state.others_said.get(check.commitment_id)
-        if said is None or check.result is None or said[1] == check.result.passed:
-            return []
-        return self.core.ban_for_cheating(now, said[0], f"wrong verdict on {check.commitment_id.hex()[:16]}")
+        """Our own check is the reference (swarm/trust.py: SecondOpinions)."""
+        passed = None if check.result is None else check.result.passed
+        wrong = state.others_said.contradicted(check.commitment_id, passed)
+        return self.ctx.ban(now, *wrong) if wrong is not None else []
 
     # ---- training
 
@@ -207,14 +205,14 @@ class TrainerRole(Role):
         payload = jobs.TrainJob(task=state.spec, version=state.version, weights=state.weights,
                                 rollouts=tuple(p.commitment.blob_hash for p in step),
                                 parent_root=parent.root if parent else b"", parent_depth=parent.depth if parent else 0)
-        return effects + [self.core.new_job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
+        return effects + [self.ctx.job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
 
     def _drop_unusable(self, state: TrainerTask) -> list:
         """Before each step: nothing too old, nothing from a peer banned since we accepted it."""
         effects = []
         for cid, p in list(state.pending.items()):
             reason = (errors.TOO_OLD if p.commitment.policy_version < state.version - state.async_level
-                      else errors.BANNED if self.core.is_banned(p.worker) else None)
+                      else errors.BANNED if self.ctx.is_banned(p.worker) else None)
             if reason is not None and not p.verifying:
                 del state.pending[cid]
                 state.dropped += 1
@@ -235,7 +233,7 @@ class TrainerRole(Role):
                 for p in state.in_step:
                     state.pending[p.commitment_id] = p
             state.in_step = []
-            self.core.set_timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
+            self.ctx.timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": done.error[:300]})]
         result: jobs.VersionResult = done.result
         try:
@@ -244,16 +242,16 @@ class TrainerRole(Role):
             for p in state.in_step:
                 state.pending[p.commitment_id] = p
             state.in_step = []
-            self.core.set_timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
+            self.ctx.timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": f"bad manifest: {exc}"[:300]})]
         state.version, state.weights, state.weights_size = result.version, result.weights, result.size
         state.weights_by_version[result.version] = result.weights
-        self.core.blobs.hold(self, result.weights)
+        self.ctx.hold_blob(self, result.weights)
         old = [state.weights_by_version.pop(v) for v in sorted(state.weights_by_version)
                if v < result.version - state.async_level]
         kept = set(state.weights_by_version.values())
-        released = self.core.blobs.release(self, [d for d in old if d not in kept])
-        self.core.versions[task_id] = result.version
+        released = self.ctx.release_blobs(self, [d for d in old if d not in kept])
+        self.ctx.trained_version(task_id, result.version)
         effects = released + self._keep_chain(now, state, manifest)
         for p in state.in_step:
             state.trained_commitments += 1
@@ -277,13 +275,13 @@ class TrainerRole(Role):
         """Serve the new version; keep (and re-announce) every version back to the last full one and
         the async window; release the rest, whose shards are then garbage-collected."""
         state.manifests[manifest.version] = manifest
-        effects = self.core.shards.seed(now, manifest, self)
+        effects = self.ctx.seed_shards(now, manifest, self)
         floor, v = manifest.version - state.async_level - 1, manifest.version
         while v in state.manifests and state.manifests[v].encoding == "delta":
             v = state.manifests[v].parent_version
         floor = min(floor, v)
         for old in [v for v in state.manifests if v < floor]:
-            effects += self.core.shards.release(now, state.manifests.pop(old).root, self)
+            effects += self.ctx.release_shards(now, state.manifests.pop(old).root, self)
         return effects
 
     def on_shards_done(self, now: float, root: bytes) -> list:
@@ -300,9 +298,9 @@ class TrainerRole(Role):
         effects = []
         for v in versions:
             if v in state.manifests:
-                effects += self.core.publish(now, topics.task_topic(task_id, "weights"),
+                effects += self.ctx.publish(now, topics.task_topic(task_id, "weights"),
                                              replace(state.manifests[v], created_at=now))
-        self.core.set_timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
+        self.ctx.timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
         return effects
 
     def on_timer(self, now, name) -> list:
@@ -313,11 +311,11 @@ class TrainerRole(Role):
         if what == "announce" and state.version >= 0:
             return self._announce(now, state, chain=True)
         if what == "blobs":
-            return checking.retry_blobs(self.core, self, now, state.pending.values(), name)
+            return checking.retry_blobs(self.ctx, self, now, state.pending.values(), name)
         if what == jobs.INIT and state.version < 0 and not state.busy:
             state.busy = True
             payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task_id) & 0x7FFFFFFF)
-            return [self.core.new_job(self, (task_id, jobs.INIT, ()), jobs.INIT, payload)]
+            return [self.ctx.job(self, (task_id, jobs.INIT, ()), jobs.INIT, payload)]
         return self._maybe_train(now, state)
 
     def snapshot(self) -> dict:

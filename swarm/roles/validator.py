@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm import jobs
+from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
 from swarm.roles import checking
 from swarm.roles.base import Role
@@ -39,8 +40,8 @@ class ValidatorTask:
 class ValidatorRole(Role):
     name = "validator"
 
-    def __init__(self, core) -> None:
-        self.core = core
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
         self.tasks: dict[str, ValidatorTask] = {}
 
     def on_task(self, now, known) -> list:
@@ -52,7 +53,7 @@ class ValidatorRole(Role):
         return []
 
     def chooses(self, state: ValidatorTask, commitment_id: bytes) -> bool:
-        signature = self.core.identity.sign(b"swarm/validate-choice/1\x00" + commitment_id)
+        signature = self.ctx.sign(b"swarm/validate-choice/1\x00" + commitment_id)
         draw = int.from_bytes(hashlib.blake2b(signature, digest_size=8).digest(), "big") / 2**64
         return draw < state.fraction
 
@@ -62,8 +63,8 @@ class ValidatorRole(Role):
         if state is None:
             return []
         if isinstance(msg, WeightManifest):
-            return state.policy.on_manifest(self.core, self, now, msg, signer)
-        if not isinstance(msg, RolloutCommitment) or signer == self.core.peer_id:
+            return state.policy.on_manifest(self.ctx, self, now, msg, signer)
+        if not isinstance(msg, RolloutCommitment) or signer == self.ctx.peer_id:
             return []
         if not self.chooses(state, signed.msg_id):
             state.skipped += 1
@@ -72,8 +73,8 @@ class ValidatorRole(Role):
             state.checks.popitem(last=False)
             state.skipped += 1
         check = state.checks[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
-        effects = checking.fetch_blob(self.core, self, now, check)
-        checking.arm_retry(self.core, state.checks.values(), f"validator:{msg.task_id}:blobs")
+        effects = checking.fetch_blob(self.ctx, self, now, check)
+        checking.arm_retry(self.ctx, state.checks.values(), f"validator:{msg.task_id}:blobs")
         return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
@@ -82,7 +83,7 @@ class ValidatorRole(Role):
         if state is None:
             return []
         if kind == "weights":
-            effects, _ = state.policy.on_response(self.core, self, now, key, response)
+            effects, _ = state.policy.on_response(self.ctx, self, now, key, response)
             return effects + self._start_ready(now, state)
         check = state.checks.get(key)
         if check is None:
@@ -92,7 +93,7 @@ class ValidatorRole(Role):
             del state.checks[key]
             return [Emit("check-skipped", {"task_id": task_id, "worker": check.worker, "reason": failure})]
         if check.retry_at is not None:
-            checking.arm_retry(self.core, state.checks.values(), f"validator:{task_id}:blobs")
+            checking.arm_retry(self.ctx, state.checks.values(), f"validator:{task_id}:blobs")
             return effects
         return effects + self._start_ready(now, state)
 
@@ -104,7 +105,7 @@ class ValidatorRole(Role):
                 continue
             weights = state.policy.held.get(check.commitment.policy_version)
             if weights is not None:
-                effects.append(checking.verify_job(self.core, self, state.spec, check, weights))
+                effects.append(checking.verify_job(self.ctx, self, state.spec, check, weights))
             elif check.commitment.policy_version < min(state.policy.held, default=0):
                 del state.checks[cid]  # older than any version we will ever hold
                 state.skipped += 1
@@ -123,7 +124,7 @@ class ValidatorRole(Role):
             state.passed += 1
         else:
             state.failed += 1
-        return checking.publish_verdict(self.core, now, check, result)
+        return checking.publish_verdict(self.ctx, now, check, result)
 
     def on_timer(self, now, name) -> list:
         _, task_id, what = name.split(":")
@@ -131,8 +132,8 @@ class ValidatorRole(Role):
         if state is None:
             return []
         if what == "blobs":
-            return checking.retry_blobs(self.core, self, now, state.checks.values(), name)
-        return state.policy.fetch_latest(self.core, self, now) + self._start_ready(now, state)
+            return checking.retry_blobs(self.ctx, self, now, state.checks.values(), name)
+        return state.policy.fetch_latest(self.ctx, self, now) + self._start_ready(now, state)
 
     def snapshot(self) -> dict:
         return {task_id: {"latest_version": s.policy.latest, "held_versions": sorted(s.policy.held),

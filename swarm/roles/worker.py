@@ -18,6 +18,7 @@ from gossip import topics
 from gossip.assignment import assign_prompts
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm import jobs
+from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
 from swarm.roles.base import Role
 from swarm.roles.follower import PolicyFollower
@@ -47,8 +48,8 @@ class WorkerTask:
 class WorkerRole(Role):
     name = "worker"
 
-    def __init__(self, core) -> None:
-        self.core = core
+    def __init__(self, ctx: RoleContext) -> None:
+        self.ctx = ctx
         self.tasks: dict[str, WorkerTask] = {}
 
     def on_task(self, now, known) -> list:
@@ -64,7 +65,7 @@ class WorkerRole(Role):
         state = self.tasks.get(getattr(msg, "task_id", ""))
         if state is None or not isinstance(msg, WeightManifest):
             return []
-        effects = state.policy.on_manifest(self.core, self, now, msg, signer)
+        effects = state.policy.on_manifest(self.ctx, self, now, msg, signer)
         for version in [v for v in state.batches if v not in state.policy.held and v < state.policy.latest]:
             del state.batches[version]
             state.extra.pop(version, None)
@@ -75,7 +76,7 @@ class WorkerRole(Role):
         state = self.tasks.get(task_id)
         if state is None:
             return []
-        effects, installed = state.policy.on_response(self.core, self, now, version, response)
+        effects, installed = state.policy.on_response(self.ctx, self, now, version, response)
         return effects + (self._maybe_generate(now, state) if installed else [])
 
     # ---- generation
@@ -92,17 +93,17 @@ class WorkerRole(Role):
         if batch >= min(state.params.max_batches_per_version, self._share(state, version) + state.extra.get(version, 0)):
             if state.stalled != version:  # the trainer may still need more (failed checks, a worker gone)
                 state.stalled = version
-                self.core.set_timer(f"worker:{state.spec.task_id}:stall", now + STALL_AFTER)
+                self.ctx.timer(f"worker:{state.spec.task_id}:stall", now + STALL_AFTER)
             return []
         count = state.params.prompts_per_commit
-        indices = assign_prompts(state.spec.task_id, self.core.identity.public_key, version, (batch + 1) * count,
+        indices = assign_prompts(state.spec.task_id, self.ctx.public_key, version, (batch + 1) * count,
                                  state.params.n_prompts)[batch * count:]
         state.batches[version] = batch + 1
         state.job_version = version
         payload = jobs.GenerateJob(task=state.spec, version=version, weights=state.policy.held[version],
                                    prompt_indices=tuple(indices), samples_per_prompt=state.params.group_size,
-                                   worker_key=self.core.identity.public_key)
-        return [self.core.new_job(self, (state.spec.task_id, version, tuple(indices)), jobs.GENERATE, payload)]
+                                   worker_key=self.ctx.public_key)
+        return [self.ctx.job(self, (state.spec.task_id, version, tuple(indices)), jobs.GENERATE, payload)]
 
     def _share(self, state: WorkerTask, version: int) -> int:
         """Batches worth generating for `version`. A trainer step takes `prompts_per_step` prompts, and
@@ -116,8 +117,8 @@ class WorkerRole(Role):
         not divide evenly, the extra ones go to other workers from one version to the next (the rank
         rotates with the version), so no worker is always the one left idle or doing two. A worker left
         waiting for STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
-        peers, me = self.core.membership.peers, self.core.peer_id
-        workers = sorted({me} | {p for p in self.core.membership.alive_peers() if "worker" in peers[p].roles})
+        me = self.ctx.peer_id
+        workers = sorted({me} | set(self.ctx.alive_with_role("worker")))
         commits = -(-state.params.prompts_per_step // state.params.prompts_per_commit)
         base, rest = divmod(commits, len(workers))
         share = base + (1 if (workers.index(me) - version) % len(workers) < rest else 0)
@@ -133,7 +134,7 @@ class WorkerRole(Role):
         state.job_version = None
         if not done.ok:
             state.failures += 1
-            self.core.set_timer(f"worker:{task_id}:retry", now + RETRY_AFTER)
+            self.ctx.timer(f"worker:{task_id}:retry", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": jobs.GENERATE, "error": done.error[:200]})]
         result: jobs.GenerateResult = done.result
         if result.repeated:  # generated before we restarted, maybe committed: never commit a slice twice
@@ -147,7 +148,7 @@ class WorkerRole(Role):
         state.commitments += 1
         state.completions += len(indices) * state.params.group_size
         state.last_reward = result.mean_reward
-        effects = self.core.publish(now, topics.task_topic(task_id, "rollouts"), commitment)
+        effects = self.ctx.publish(now, topics.task_topic(task_id, "rollouts"), commitment)
         effects.append(Emit("rollouts-committed", {"task_id": task_id, "version": version,
                                                    "reward": round(result.mean_reward, 4)}))
         return effects + self._maybe_generate(now, state)
@@ -158,7 +159,7 @@ class WorkerRole(Role):
         if state is None:
             return []
         if what == "refetch":
-            return state.policy.fetch_latest(self.core, self, now)
+            return state.policy.fetch_latest(self.ctx, self, now)
         if what == "stall":
             version, state.stalled = state.stalled, None
             if version is not None and version == state.policy.newest_held() and state.job_version is None:

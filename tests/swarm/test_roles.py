@@ -325,3 +325,22 @@ def test_a_trainer_with_no_link_to_a_worker_dials_it_for_the_blob():
     assert not [f for f in dropped if "blob not served" in f["reason"]], dropped
     trained = {f["worker"] for p, f in net.events_named("rollout-trained")}
     assert far.peer_id in trained, "the far worker's batches were fetched and trained on"
+
+
+def test_roles_reach_the_peer_only_through_their_context():
+    """Every role (the shard exchange too) is built with a `RoleContext` and holds no reference to the
+    core; no role module names the core or a private of the context (swarm/context.py)."""
+    import re
+    from pathlib import Path
+
+    import swarm.roles
+    from swarm.context import RoleContext
+
+    core = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("worker", "trainer", "validator", "mirror")), seed=1)
+    assert [r.name for r in core.roles] == ["worker", "trainer", "validator", "mirror"]
+    for role in core.roles + [core.shards]:
+        assert role.ctx is core.context and isinstance(role.ctx, RoleContext)
+        assert not any(value is core for value in vars(role).values())
+    for path in sorted(Path(swarm.roles.__file__).parent.glob("*.py")):
+        source = path.read_text()
+        assert not re.search(r"\bcore\.|\bctx\._|\._[a-z]\w*\(", source.replace("self._", "")), path.name

@@ -1,5 +1,5 @@
 """Verdicts: who may act on them, what a bad one costs, and why one lying validator cannot get
-honest workers banned (PeerCore._weigh_verdicts), with jobs done by test_roles' fake executor."""
+honest workers banned (swarm/trust.py, `Trust._weigh_verdicts`), with jobs done by test_roles' fake executor."""
 
 from gossip import topics
 from gossip.envelope import seal

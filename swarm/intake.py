@@ -1,0 +1,76 @@
+"""The intake: the checks every gossip message passes, in one order, before any handler sees it.
+
+Forwarder not banned, known topic, a well-formed envelope with a good signature (size and schema
+are checked in `open_envelope`), the kind allowed on that topic, signer not banned, not seen
+before, signer within its rate. A failure is a `MessageVerdict(False, reason)` and a penalty for
+whoever is to blame (the signer once its signature is good, else the forwarder), never an
+exception: the network decides nothing, the core only answers.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from gossip import errors, topics
+from gossip.errors import Rejected
+from gossip.identity import peer_id_from_public_key
+from gossip.reputation import ReputationLedger
+from gossip.seen import SeenCache
+from swarm.io import MessageReceived, MessageVerdict
+from swarm.ratelimit import TokenBuckets
+from swarm.stats import GossipStats
+
+ACCEPTED = MessageVerdict(True)  # frozen: one instance serves every accepted message
+
+
+class Intake:
+    def __init__(self, peer_id: str, config, open_envelope: Callable, ledger: ReputationLedger, seen: SeenCache,
+                 stats: GossipStats, penalise: Callable) -> None:
+        self.peer_id = peer_id
+        self.config = config  # a CoreConfig: message_window, clock_skew, sender_rate, sender_burst
+        self._open = open_envelope
+        self.ledger = ledger
+        self.seen = seen
+        self.buckets = TokenBuckets(config.sender_rate, config.sender_burst)
+        self.stats = stats
+        self.penalise = penalise
+
+    def receive(self, now: float, inp: MessageReceived, dispatch: Callable) -> list:
+        """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder)` made of it."""
+        blame = forwarder = inp.from_peer
+        ledger = self.ledger
+        try:
+            if ledger.is_banned(forwarder):
+                raise Rejected(errors.BANNED, f"forwarder {forwarder} is banned")
+            allowed = topics.allowed_kinds(inp.topic)
+            if not allowed:
+                raise Rejected(errors.WRONG_TOPIC, f"unknown topic {inp.topic[:80]!r}")
+            signed = self._open(inp.data)
+            signer = peer_id_from_public_key(signed.signer)
+            if signer == self.peer_id:
+                return [ACCEPTED]  # our own message echoed back: nothing to learn
+            if signed.kind not in allowed:
+                raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
+            if ledger.is_banned(signer):
+                raise Rejected(errors.BANNED, f"signer {signer} is banned")
+            if not self.seen.add(signed.msg_id, now):
+                # py-libp2p validates concurrent copies of one message before marking it seen, so an
+                # honest forwarder can trip this now and then: it costs little, a replayer pays in bulk.
+                raise Rejected(errors.DUPLICATE, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
+            blame = signer
+            if not self.buckets.take(signer, now):
+                raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
+            effects = dispatch(now, inp.topic, signed, signer, forwarder)
+        except Rejected as rej:
+            if rej.reason in (errors.OUT_OF_WINDOW, errors.STALE):
+                blame = forwarder  # signed in its window; whoever delivers it late is at fault
+            self.stats.on_received(inp.topic, len(inp.data), accepted=False)
+            return [MessageVerdict(False, rej.reason)] + self.penalise(now, blame, rej)
+        self.stats.on_received(inp.topic, len(inp.data), accepted=True)
+        ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
+        return [ACCEPTED] + effects
+
+    def check_window(self, now: float, at: float, what: str) -> None:
+        """A timestamped message is refused outside [now - message_window, now + clock_skew]."""
+        if at < now - self.config.message_window or at > now + self.config.clock_skew:
+            raise Rejected(errors.OUT_OF_WINDOW, f"{what} stamped {at:.3f}, now {now:.3f}")

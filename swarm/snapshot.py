@@ -1,0 +1,30 @@
+"""A peer's status as plain JSON-able data: what `swarm-node status`, the TUI and the simulator's
+reports read. Kept apart from the core so the shape operators depend on is in one place and reading
+it never changes the peer."""
+
+from __future__ import annotations
+
+
+def status(core, now: float) -> dict:
+    """Everything a status screen needs, from a `PeerCore`'s public parts."""
+    ledger = core.ledger
+    return {
+        "peer_id": core.peer_id,
+        "agent": core.config.agent,
+        "roles": list(core.config.roles),
+        "listen_addrs": list(core.listen_addrs),
+        "now": now,
+        "uptime": None if core.started_at is None else round(now - core.started_at, 3),
+        "peers": core.membership.snapshot(now),
+        "connected": core.membership.connected_peers(),
+        "alive": core.membership.alive_peers(),
+        "tasks": core.tasks.snapshot(),
+        "versions": dict(sorted(core.versions.items())),
+        "downloads": core.shards.snapshot(now),
+        "work": {role.name: role.snapshot() for role in core.roles},
+        "gossip": core.stats.snapshot(),
+        "messages": {"accepted": ledger.totals_accepted,
+                     "rejected": dict(sorted(ledger.totals_rejected.items()))},
+        "reputation": ledger.snapshot()["peers"],
+        "banned": ledger.banned_peers(),
+    }
