@@ -7,10 +7,15 @@ Each choice below answers a measured py-libp2p 0.8.1 trap (DESIGN.md):
   protection off (10 msg/s per topic cap), adaptive gossip off (stretches the heartbeat to 30-60 s),
   eclipse protection off (IP diversity is meaningless for peers sharing a machine or NAT);
 - auto-connector off: it redials peerstore entries, which would undo disconnect() of a cheater;
-- pubsub signing off and message ids = blake2b(data): every payload is already an Ed25519-signed
-  envelope (gossip/envelope.py), so libp2p's own per-message signature is a second sign and verify
-  for nothing. Content ids also mean nobody can pre-empt a peer's message by reusing its
-  (from, seqno) id, which unsigned default ids would allow; and a replayed envelope is one id.
+- pubsub signing StrictSign, as go-, js- and rust-libp2p default to: every message carries `from`,
+  a seqno and a signature by the sender's libp2p key, and unsigned ones are dropped. Without it no
+  other stack accepts our gossip. The Ed25519 envelope inside (gossip/envelope.py) stays: it binds the
+  content to its *author* across forwarders, while the libp2p signature names the publisher;
+- message ids = blake2b(topic, data): content ids mean nobody can pre-empt a peer's message by
+  reusing its (from, seqno) id, and a replayed envelope is one id; the topic is in the id so a copy
+  of a real envelope on the wrong topic is a *different* message and cannot shadow the genuine one.
+  (A js-libp2p peer joining our mesh sets the same ``msgIdFn`` so IHAVE/IWANT ids agree; mesh
+  delivery works without it.) Failed validations are never cached, see guard.NoValidationCache.
 """
 
 from __future__ import annotations
@@ -49,7 +54,13 @@ class DisabledAutoConnector(AutoConnector):
 
 
 def content_msg_id(msg: Any) -> bytes:
-    return hashlib.blake2b(bytes(msg.data), digest_size=20).digest()
+    """blake2b over (topics, data), length-prefixed so no (topic, data) split collides with another."""
+    h = hashlib.blake2b(digest_size=20)
+    for topic in msg.topicIDs:
+        raw = topic.encode()
+        h.update(len(raw).to_bytes(4, "big") + raw)
+    h.update(b"\0" + bytes(msg.data))
+    return h.digest()
 
 
 @dataclass
@@ -91,6 +102,6 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
         eclipse_protection_enabled=False,
         guard_stats=stats,
     )
-    pubsub = GuardedPubsub(host, router, strict_signing=False, msg_id_constructor=content_msg_id,
+    pubsub = GuardedPubsub(host, router, strict_signing=True, msg_id_constructor=content_msg_id,
                            guard_stats=stats)
     return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr)

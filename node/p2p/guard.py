@@ -65,6 +65,23 @@ def guard_all_handlers(host: Any, stats: HostStats) -> None:
         handlers[protocol] = guard_stream_handler(str(protocol), handler, stats)
 
 
+class NoValidationCache:
+    """Stands in for py-libp2p's ValidationCache, which remembers *failed* validations by message id
+    for 5 minutes and fails every later copy with that id unchecked. Our validator's verdict depends
+    on more than the bytes (who forwarded it, rate limits, what the node knows yet), so a cached
+    failure lets whoever sends a bad copy first silence the genuine one. Successes need no cache:
+    an accepted message is in the seen-cache and never validated again."""
+
+    def get(self, msg_id: bytes) -> None:
+        return None
+
+    def put(self, msg_id: bytes, result: Any) -> None:
+        return None
+
+    def clear_expired(self) -> None:
+        return None
+
+
 class GuardedPubsub(Pubsub):
     """Pubsub whose inbound entry points cannot crash the service.
 
@@ -75,6 +92,7 @@ class GuardedPubsub(Pubsub):
     def __init__(self, *args: Any, guard_stats: HostStats, **kwargs: Any) -> None:
         self._guard_stats = guard_stats
         super().__init__(*args, **kwargs)
+        self.validation_cache = NoValidationCache()  # type: ignore[assignment]
 
     async def stream_handler(self, stream: INetStream) -> None:
         try:

@@ -2,8 +2,8 @@
 
 Without node/p2p/guard.py, two of these payloads kill a py-libp2p 0.8.1 host outright: a length-
 prefixed non-protobuf frame on /meshsub (DecodeError escapes Pubsub.stream_handler) and a published
-message whose signing key does not parse (signature_validator re-raises inside the push_msg task,
-when libp2p's own message signing is on; ours is off, see node/p2p/build.py).
+message whose signing key does not parse (signature_validator re-raises inside the push_msg task;
+libp2p message signing is on, StrictSign: see node/p2p/build.py).
 """
 
 from __future__ import annotations
