@@ -38,6 +38,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
+from .budget import PenaltyBox
 from .config import HostConfig
 from . import records
 from .guard import GuardedGossipSub, GuardedPubsub
@@ -69,10 +70,12 @@ class Parts:
     pubsub: GuardedPubsub
     router: GuardedGossipSub
     listen_addr: Multiaddr
+    penalties: PenaltyBox
 
 
 def build(config: HostConfig, stats: HostStats) -> Parts:
     records.install()
+    penalties = PenaltyBox(stats, config.penalty_block_points, config.penalty_block_seconds)
     key_pair = create_new_key_pair(bytes(config.seed))
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     listen_addr = Multiaddr(f"/ip4/{config.listen_host}/tcp/{config.port}")
@@ -103,5 +106,5 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
         guard_stats=stats,
     )
     pubsub = GuardedPubsub(host, router, strict_signing=True, msg_id_constructor=content_msg_id,
-                           guard_stats=stats)
-    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr)
+                           guard_stats=stats, penalties=penalties)
+    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr, penalties=penalties)

@@ -104,3 +104,8 @@ async def wait_for(pred: Callable[[], bool], timeout: float, what: str) -> float
             await trio.sleep(0.01)
         return trio.current_time() - start
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+async def open_raw_stream(peer: PlainPeer, target: str, protocol: str) -> Any:
+    """A negotiated stream from a plain peer: what an attacker writes raw frames on."""
+    return await peer.host.new_stream(ID.from_base58(target), [TProtocol(protocol)])
