@@ -6,9 +6,9 @@ nothing holds every slot, and every honest peer's sync, blob and shard requests 
 
 Why penalties live here as well as in the core: the adapter is the only layer that sees stream-level
 abuse (idle streams, oversized or truncated frames, meshsub garbage); the core only sees messages.
-The box both reports each charge to callbacks (the node feeds them to its reputation ledger) and,
-on its own, blocks a peer whose points cross ``block_points`` for ``block_seconds``: a peer that keeps
-abusing streams is cut off even if nothing above the adapter listens.
+The box reports each charge to callbacks (the node feeds them to its reputation ledger, which owns
+bans) and, when given ``block_points``, also blocks a peer whose points reach it for ``block_seconds``:
+a host with no ledger above it still cuts off a peer that keeps abusing streams.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class PenaltyBox:
     past ``capacity`` entries the lowest-scored unblocked peer is forgotten (fresh keys cannot grow it).
     """
 
-    def __init__(self, stats: HostStats, block_points: float = 100.0, block_seconds: float = 300.0,
+    def __init__(self, stats: HostStats, block_points: float | None = 100.0, block_seconds: float = 300.0,
                  decay_per_s: float = 1.0, capacity: int = 4096,
                  clock: Callable[[], float] = trio.current_time) -> None:
         self._stats = stats
@@ -89,7 +89,7 @@ class PenaltyBox:
             self._forget_one()
         total = self.points(peer) + PENALTY_POINTS.get(reason, DEFAULT_POINTS)
         self._points[peer] = (total, self._clock())
-        if total >= self.block_points and not self.is_blocked(peer):
+        if self.block_points is not None and total >= self.block_points and not self.is_blocked(peer):
             self._blocked_until[peer] = self._clock() + self.block_seconds
             self.block_reasons[peer] = reason
             self._stats.blocked[reason] += 1

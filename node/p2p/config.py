@@ -43,7 +43,10 @@ class HostConfig:
         ("/swarm/blob/1", 64),
         ("/swarm/shard/2", 64),
     )
-    penalty_block_points: float = 100.0  # stream-level abuse points (budget.PENALTY_POINTS) to block
+    # Stream-level abuse is charged per peer (budget.PENALTY_POINTS) and reported by Host.on_penalty;
+    # the node's reputation ledger decides bans. A number here also makes the host block a peer by
+    # itself once its points reach it (a host without a ledger, or a backstop); None: report only.
+    penalty_block_points: float | None = None
     penalty_block_seconds: float = 300.0
     dial_timeout_default: float = 5.0
 

@@ -30,7 +30,9 @@ def rss_kb() -> dict[str, int]:
 
 
 async def main(name: str) -> None:
-    config = HostConfig(seed=hashlib.sha256(name.encode()).digest())
+    # The host blocks by itself here, standing in for the node's reputation ledger that bans on the
+    # penalty events in a real node (Host.on_penalty); the events are reported either way.
+    config = HostConfig(seed=hashlib.sha256(name.encode()).digest(), penalty_block_points=100.0)
     async with open_host(config) as host:
         events: list[tuple[str, str]] = []
         host.on_penalty(lambda peer, reason: events.append((peer, reason)))

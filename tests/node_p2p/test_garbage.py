@@ -57,8 +57,7 @@ async def _raw_tcp_garbage(port: int) -> None:
 
 async def test_garbage_everywhere_then_still_serving():
     with trio.fail_after(50):
-        async with open_hosts(1, "victim", request_idle_timeout=0.5,
-                                                                 penalty_block_points=1e9) as (victim,), open_hosts(2, "peer") as (good, atk):
+        async with open_hosts(1, "victim", request_idle_timeout=0.5) as (victim,), open_hosts(2, "peer") as (good, atk):
             got: list[bytes] = []
             victim.set_validator(lambda t, d, f: got.append(d) or True)
 
