@@ -72,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "runs a validator that the task trusts); the summary says who banned them")
     p.add_argument("--job-device", default="cpu", metavar="DEVICE",
                    help="where every peer's job processes run models: cpu (default), cuda or cuda:N")
+    p.add_argument("--restart-dead", action="store_true",
+                   help="start a peer that dies again on its data dir (the others keep running either way)")
     return parser
 
 
@@ -242,7 +244,7 @@ def cmd_local(args) -> int:
         return _fail(str(exc), 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
                      task_file=args.task, heartbeat=args.heartbeat, malicious=malicious, tui=args.tui,
-                     job_device=args.job_device)
+                     job_device=args.job_device, restart_dead=args.restart_dead)
 
 
 def parse_malicious(specs: list[str], peers: int) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Callable
 
 import trio
 
+from node.procs import die_with_parent
 from swarm.io import JobFinished, RunJob
 
 MAX_QUEUE = 64
@@ -242,6 +243,12 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
+    # A peer that is killed outright takes its job process with it, at once and quietly: nobody is
+    # left to read a result, and the peer's next start runs a new one. (An orderly stop still goes
+    # through JobRunner's polite stop, which lets a trainer save its moments.)
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid is not None:
+        die_with_parent(parent.pid, signal.SIGKILL)
     try:
         import torch
 

@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 from node.control import ControlError, call
+from node.keeper import Keeper
 from node.procs import start_peer, stop_processes
 from node.records import read_records
 from node.taskfile import EXAMPLE
@@ -33,7 +34,7 @@ PROBE_INTERVAL = 2.0
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
               heartbeat: float = 2.0, probe_interval: float = PROBE_INTERVAL, malicious: list[str] | None = None,
-              tui: bool = False, job_device: str = "cpu") -> int:
+              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False) -> int:
     # SIGINT is how this launcher is stopped (Ctrl-C, or `kill -INT`). A shell that starts a job in
     # the background hands it SIGINT ignored, and then the signal did nothing: a CI run started
     # that way failed test_local_resume (the run went on past its Ctrl-C until killed).
@@ -52,17 +53,21 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         # One torch thread for the trainer too: with two (--job-threads 2) its steps got slower here
         # (train_s 1.31 s against 1.15 s, 4 peers on 2 cores): the other core is never idle enough.
         device = ["--job-device", job_device] if job_device != "cpu" else []
-        proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat),
-                                 "--roles", "trainer"] + device, dirs[0] / "node.log")
+        boot_args = ["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat), "--roles", "trainer"]
+        proc, boot = start_peer(boot_args + device, dirs[0] / "node.log")
         procs.append(proc)
-        _say(f"bootstrap peer listening {boot}")
+        # A restarted bootstrap takes its old port again, so the address the others joined stays good.
+        specs = [(boot_args + ["--port", boot.split("/")[4]] + device, dirs[0] / "node.log", 0)]
+        _say(f"bootstrap peer listening {boot} (pid {proc.pid})")
         for i, d in enumerate(dirs[1:], 1):
             kind = cheaters.get(i)
             role = "validator" if kind == "lying-validator" else "worker"
-            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat),
-                                  "--roles", role] + (["--malicious", kind] if kind else []) + device, d / "node.log",
-                                 nice=WORKER_NICE)
+            args = (["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat), "--roles", role]
+                    + (["--malicious", kind] if kind else []) + device)
+            proc, _ = start_peer(args, d / "node.log", nice=WORKER_NICE)
             procs.append(proc)
+            specs.append((args, d / "node.log", WORKER_NICE))
+            _say(f"peer{i} started (pid {proc.pid})")
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
         # A base dir that ran before holds the task it announced: announcing it again (same table,
         # same created_at, same trainer key) gives the same task id, and the trainer resumes from the
@@ -83,10 +88,15 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         _save_task(base_dir, {"task": table, "created_at": created_at, "task_id": task_id})
         _say(f"announced task {task_id} ({table['task']['name']})")
         end = None if duration is None else time.monotonic() + duration
+
+        def reannounce() -> None:  # same table and created_at: the same task id, which the trainer resumes
+            _retry(lambda: call(dirs[0], "announce-task", {"task": table, "created_at": created_at}))
+
+        keeper = Keeper(procs, dirs, specs, restart_dead, reannounce, log=_say)
         if tui:
-            _supervise_under_tui(procs, dirs, task_id, started, end, probe_interval, base_dir)
+            _supervise_under_tui(keeper, task_id, started, end, probe_interval, base_dir)
         else:
-            _supervise(procs, dirs, task_id, started, end, probe_interval, threading.Event())
+            _supervise(keeper, task_id, started, end, probe_interval, threading.Event())
     except KeyboardInterrupt:
         _say("stopping (Ctrl-C)")
     except RuntimeError as exc:
@@ -110,18 +120,17 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
     return 0
 
 
-def _supervise(procs, dirs: list[Path], task_id: str, started: float, end: float | None, probe_interval: float,
+def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, probe_interval: float,
                stop: threading.Event) -> None:
-    """Until `end` or `stop`: fail if a peer exits, send 1 KB probes, report progress every 5 s."""
+    """Until `end` or `stop`: look after dead peers, send 1 KB probes, report progress every 5 s."""
+    dirs = keeper.dirs
     peers = len(dirs)
     next_report = next_probe = time.monotonic()
     probe_index = 0
     shown_version = -1
     failures_seen: dict[tuple, int] = {}
     while (end is None or time.monotonic() < end) and not stop.is_set():
-        for i, proc in enumerate(procs):
-            if proc.poll() is not None:
-                raise RuntimeError(f"peer{i} exited with code {proc.returncode}; see {dirs[i] / 'node.log'}")
+        keeper.check()
         now = time.monotonic()
         if now >= next_probe:  # 1 KB probes, round robin: the gossip latency the summary reports
             _quiet_call(dirs[probe_index % peers], "probe", {"size": 1024})
@@ -135,7 +144,7 @@ def _supervise(procs, dirs: list[Path], task_id: str, started: float, end: float
         time.sleep(0.05)
 
 
-def _supervise_under_tui(procs, dirs: list[Path], task_id: str, started: float, end: float | None,
+def _supervise_under_tui(keeper: Keeper, task_id: str, started: float, end: float | None,
                          probe_interval: float, base_dir: Path) -> None:
     """The UI owns the terminal (and the main thread, for its signals); supervision logs to a file."""
     global _LOG
@@ -147,8 +156,8 @@ def _supervise_under_tui(procs, dirs: list[Path], task_id: str, started: float, 
 
     def supervise() -> None:
         try:
-            _supervise(procs, dirs, task_id, started, end, probe_interval, stop)
-        except RuntimeError as exc:  # a dead peer shows as disconnected in the UI meanwhile
+            _supervise(keeper, task_id, started, end, probe_interval, stop)
+        except RuntimeError as exc:  # every peer gone: the UI shows them disconnected meanwhile
             failure.append(exc)
 
     with open(log_path, "a", encoding="utf-8") as log:
@@ -156,7 +165,7 @@ def _supervise_under_tui(procs, dirs: list[Path], task_id: str, started: float, 
         thread = threading.Thread(target=supervise, name="local-supervisor", daemon=True)
         thread.start()
         try:
-            run_tui(dirs)
+            run_tui(keeper.dirs)
         finally:
             stop.set()
             thread.join(timeout=10)

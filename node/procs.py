@@ -14,12 +14,16 @@ from pathlib import Path
 CHILD_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def _die_with_parent() -> None:
-    # Linux: if the launcher is killed outright, its peers get SIGTERM instead of living on.
+def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
+    """Linux: get `sig` when the parent dies instead of living on as an orphan (a peer whose launcher
+    was killed; a job process whose peer was killed, which otherwise wrote BrokenPipeError tracebacks
+    into a dead pipe). A parent that died before this call (ppid no longer `parent_pid`) is caught too."""
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
     except OSError:
-        pass
+        return
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)
 
 
 def _lower_priority(nice: int) -> None:
@@ -42,9 +46,10 @@ def start_peer(args: list[str], log_path: Path, ready_timeout: float = 60.0,
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     env = {**os.environ, **CHILD_ENV}
+    launcher = os.getpid()
     proc = subprocess.Popen([sys.executable, "-m", "node.cli", "start", *args], stdout=subprocess.PIPE,
                             stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                            preexec_fn=lambda: (_die_with_parent(), _lower_priority(nice) if nice else None))
+                            preexec_fn=lambda: (die_with_parent(launcher), _lower_priority(nice) if nice else None))
     log.close()
     deadline = time.monotonic() + ready_timeout
     line = b""

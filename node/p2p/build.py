@@ -7,10 +7,15 @@ Each choice below answers a measured py-libp2p 0.8.1 trap (DESIGN.md):
   protection off (10 msg/s per topic cap), adaptive gossip off (stretches the heartbeat to 30-60 s),
   eclipse protection off (IP diversity is meaningless for peers sharing a machine or NAT);
 - auto-connector off: it redials peerstore entries, which would undo disconnect() of a cheater;
-- pubsub signing off and message ids = blake2b(data): every payload is already an Ed25519-signed
-  envelope (gossip/envelope.py), so libp2p's own per-message signature is a second sign and verify
-  for nothing. Content ids also mean nobody can pre-empt a peer's message by reusing its
-  (from, seqno) id, which unsigned default ids would allow; and a replayed envelope is one id.
+- pubsub signing StrictSign, as go-, js- and rust-libp2p default to: every message carries `from`,
+  a seqno and a signature by the sender's libp2p key, and unsigned ones are dropped. Without it no
+  other stack accepts our gossip. The Ed25519 envelope inside (gossip/envelope.py) stays: it binds the
+  content to its *author* across forwarders, while the libp2p signature names the publisher;
+- message ids = blake2b(topic, data): content ids mean nobody can pre-empt a peer's message by
+  reusing its (from, seqno) id, and a replayed envelope is one id; the topic is in the id so a copy
+  of a real envelope on the wrong topic is a *different* message and cannot shadow the genuine one.
+  (A js-libp2p peer joining our mesh sets the same ``msgIdFn`` so IHAVE/IWANT ids agree; mesh
+  delivery works without it.) Failed validations are never cached, see guard.NoValidationCache.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from libp2p.stream_muxer.yamux.yamux import PROTOCOL_ID as YAMUX_PROTOCOL_ID
 from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
+from .budget import PenaltyBox
 from .config import HostConfig
 from . import records
 from .guard import GuardedGossipSub, GuardedPubsub
@@ -49,7 +55,13 @@ class DisabledAutoConnector(AutoConnector):
 
 
 def content_msg_id(msg: Any) -> bytes:
-    return hashlib.blake2b(bytes(msg.data), digest_size=20).digest()
+    """blake2b over (topics, data), length-prefixed so no (topic, data) split collides with another."""
+    h = hashlib.blake2b(digest_size=20)
+    for topic in msg.topicIDs:
+        raw = topic.encode()
+        h.update(len(raw).to_bytes(4, "big") + raw)
+    h.update(b"\0" + bytes(msg.data))
+    return h.digest()
 
 
 @dataclass
@@ -58,10 +70,12 @@ class Parts:
     pubsub: GuardedPubsub
     router: GuardedGossipSub
     listen_addr: Multiaddr
+    penalties: PenaltyBox
 
 
 def build(config: HostConfig, stats: HostStats) -> Parts:
     records.install()
+    penalties = PenaltyBox(stats, config.penalty_block_points, config.penalty_block_seconds)
     key_pair = create_new_key_pair(bytes(config.seed))
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     listen_addr = Multiaddr(f"/ip4/{config.listen_host}/tcp/{config.port}")
@@ -91,6 +105,6 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
         eclipse_protection_enabled=False,
         guard_stats=stats,
     )
-    pubsub = GuardedPubsub(host, router, strict_signing=False, msg_id_constructor=content_msg_id,
-                           guard_stats=stats)
-    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr)
+    pubsub = GuardedPubsub(host, router, strict_signing=True, msg_id_constructor=content_msg_id,
+                           guard_stats=stats, penalties=penalties)
+    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr, penalties=penalties)

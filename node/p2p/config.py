@@ -28,9 +28,26 @@ class HostConfig:
     # (counted as "send_queue_full") so one stuck peer cannot stall the whole node.
     send_queue_high_water: int = 24
     send_queue_wait: float = 2.0
-    request_read_timeout: float = 30.0  # inbound: whole request frame must arrive within this
+    request_read_timeout: float = 30.0  # inbound: the longest any request frame may take to arrive
+    request_idle_timeout: float = 5.0  # inbound: a request stream must start its frame within this
+    min_request_rate: float = 256 * 1024  # bytes/s: a frame's read deadline is idle + length / rate
     request_handler_timeout: float = 60.0  # inbound: handler + response write
     max_inbound_requests: int = 32  # concurrent inbound request handlers across all peers
+    max_inbound_requests_per_peer: int = 4  # ... and for one peer: one peer cannot take every slot
+    # What each request really needs, so a peer cannot make us buffer up to the 64 MiB response cap
+    # for a 32-byte question. The swarm's protocols (swarm/protocols.py): sync asks for at most 32
+    # task ids, blob names one 32-byte hash, shard a 32-byte root and a 4-byte index. Other protocols
+    # get max_request_bytes unless set_request_handler is given a cap.
+    request_caps: tuple[tuple[str, int], ...] = (
+        ("/swarm/sync/1", 16 << 10),
+        ("/swarm/blob/1", 64),
+        ("/swarm/shard/2", 64),
+    )
+    # Stream-level abuse is charged per peer (budget.PENALTY_POINTS) and reported by Host.on_penalty;
+    # the node's reputation ledger decides bans. A number here also makes the host block a peer by
+    # itself once its points reach it (a host without a ledger, or a backstop); None: report only.
+    penalty_block_points: float | None = None
+    penalty_block_seconds: float = 300.0
     dial_timeout_default: float = 5.0
 
     def __post_init__(self) -> None:
@@ -42,8 +59,15 @@ class HostConfig:
             raise ValueError("publish_rate must be > 0 and publish_burst >= 1")
         if not self.gossip_degree_low <= self.gossip_degree <= self.gossip_degree_high:
             raise ValueError("need gossip_degree_low <= gossip_degree <= gossip_degree_high")
+        if self.max_inbound_requests < 1 or self.max_inbound_requests_per_peer < 1:
+            raise ValueError("max_inbound_requests and max_inbound_requests_per_peer must be >= 1")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be > 0")
+
+
+    def request_cap(self, protocol: str) -> int:
+        """The largest inbound request accepted on ``protocol``."""
+        return min(dict(self.request_caps).get(protocol, self.max_request_bytes), self.max_request_bytes)
 
 
 class P2PError(Exception):

@@ -86,6 +86,11 @@ async def read_frame(stream: ReadableStream, max_bytes: int) -> bytes:
     return await _read_exact(stream, length, mid_frame=True)
 
 
+async def read_payload(stream: ReadableStream, length: int) -> bytes:
+    """The body of a frame whose length prefix was already read (and checked) with read_uvarint."""
+    return await _read_exact(stream, length, mid_frame=True) if length else b""
+
+
 async def write_frame(stream: WritableStream, payload: bytes) -> int:
     """Write one frame; returns bytes put on the wire."""
     frame = encode_frame(payload)

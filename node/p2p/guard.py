@@ -19,6 +19,7 @@ from libp2p.abc import INetStream
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 
+from .budget import PenaltyBox
 from .stats import HostStats
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,23 @@ def guard_all_handlers(host: Any, stats: HostStats) -> None:
         handlers[protocol] = guard_stream_handler(str(protocol), handler, stats)
 
 
+class NoValidationCache:
+    """Stands in for py-libp2p's ValidationCache, which remembers *failed* validations by message id
+    for 5 minutes and fails every later copy with that id unchecked. Our validator's verdict depends
+    on more than the bytes (who forwarded it, rate limits, what the node knows yet), so a cached
+    failure lets whoever sends a bad copy first silence the genuine one. Successes need no cache:
+    an accepted message is in the seen-cache and never validated again."""
+
+    def get(self, msg_id: bytes) -> None:
+        return None
+
+    def put(self, msg_id: bytes, result: Any) -> None:
+        return None
+
+    def clear_expired(self) -> None:
+        return None
+
+
 class GuardedPubsub(Pubsub):
     """Pubsub whose inbound entry points cannot crash the service.
 
@@ -72,11 +90,17 @@ class GuardedPubsub(Pubsub):
     here guards the pubsub streams. ``push_msg`` runs as a Pubsub service task for each inbound message.
     """
 
-    def __init__(self, *args: Any, guard_stats: HostStats, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, guard_stats: HostStats, penalties: PenaltyBox, **kwargs: Any) -> None:
         self._guard_stats = guard_stats
+        self._penalties = penalties
         super().__init__(*args, **kwargs)
+        self.validation_cache = NoValidationCache()  # type: ignore[assignment]
 
     async def stream_handler(self, stream: INetStream) -> None:
+        peer = str(stream.muxed_conn.peer_id)
+        if self._penalties.is_blocked(peer):
+            await reset_quietly(stream)
+            return
         try:
             await super().stream_handler(stream)
         except Exception as exc:  # noqa: BLE001
@@ -85,6 +109,7 @@ class GuardedPubsub(Pubsub):
             protocol = str(stream.get_protocol() or "pubsub")
             self._guard_stats.guarded_errors[protocol] += 1
             logger.debug("guarded pubsub stream error: %r", exc)
+            self._penalties.charge(peer, "pubsub_garbage")
             await reset_quietly(stream)
             try:
                 self._handle_dead_peer(stream.muxed_conn.peer_id)

@@ -23,6 +23,7 @@ from multiaddr import Multiaddr
 from .build import Parts, build
 from .config import DialError, HostConfig, MessageTooLarge, RequestError
 from .events import PeerEventFn, PeerEvents
+from .budget import RequestSlots
 from .guard import guard_all_handlers, guard_stream_handler
 from .ratelimit import TokenBucket
 from .reqresp import RequestHandlerFn, make_request_handler, send_request
@@ -48,10 +49,13 @@ class Host:
         self._self_id = parts.host.get_id()
         self._validator: ValidatorFn | None = None
         self._bucket = TokenBucket(config.publish_rate, config.publish_burst)
-        self._inbound_limiter = trio.CapacityLimiter(config.max_inbound_requests)
+        self._slots = RequestSlots(config.max_inbound_requests, config.max_inbound_requests_per_peer)
+        self.penalties = parts.penalties
+        self.penalties.on_block(self._drop_blocked)
         self._slow_peers: set[ID] = set()  # full send queue outlasted send_queue_wait; see publish()
         self._events = PeerEvents(self.peer_id, stats)
         parts.host.get_network().register_notifee(self._events)
+        self._events.add_callback(self._refuse_blocked)
 
     # ---- addresses and connections -------------------------------------------------------------
 
@@ -104,6 +108,19 @@ class Host:
             if text not in out:
                 out.append(text)
         return out
+
+    def on_penalty(self, fn: Callable[[str, str], None]) -> None:
+        """fn(peer_id, reason) each time a peer abuses a stream-level budget (budget.PENALTY_POINTS):
+        the node charges it to the peer's reputation. The host blocks repeat abusers by itself."""
+        self.penalties.add_callback(fn)
+
+    def _drop_blocked(self, peer_id: str, reason: str) -> None:
+        trio.lowlevel.spawn_system_task(self.disconnect, peer_id)
+
+    def _refuse_blocked(self, peer_id: str, connected: bool) -> None:
+        if connected and self.penalties.is_blocked(peer_id):
+            self.stats.connections_refused["blocked"] += 1
+            trio.lowlevel.spawn_system_task(self.disconnect, peer_id)
 
     def on_peer_event(self, fn: PeerEventFn) -> None:
         """fn(peer_id, connected) on the first connection to a peer and after its last one closes."""
@@ -189,9 +206,11 @@ class Host:
 
     # ---- request / response ------------------------------------------------------------------
 
-    def set_request_handler(self, protocol: str, fn: RequestHandlerFn) -> None:
-        """fn(peer_id, request) -> response bytes for inbound streams on ``protocol``."""
-        handler = make_request_handler(protocol, fn, self.config, self.stats, self._inbound_limiter)
+    def set_request_handler(self, protocol: str, fn: RequestHandlerFn, max_request_bytes: int | None = None) -> None:
+        """fn(peer_id, request) -> response bytes for inbound streams on ``protocol``; requests above
+        ``max_request_bytes`` (default: HostConfig.request_cap(protocol)) are refused unread."""
+        handler = make_request_handler(protocol, fn, self.config, self.stats, self._slots, self.penalties,
+                                       max_request_bytes)
         self._host.set_stream_handler(TProtocol(protocol), guard_stream_handler(protocol, handler, self.stats))
 
     async def request(

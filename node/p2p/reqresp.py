@@ -17,12 +17,12 @@ from libp2p.custom_types import TProtocol
 from libp2p.peer.id import ID
 
 from .config import HostConfig, RequestError
-from .framing import FrameError, read_frame, write_frame
+from .budget import PenaltyBox, RequestSlots
+from .framing import FrameError, read_frame, read_payload, read_uvarint, write_frame
 from .guard import StreamHandler, reset_quietly
 from .stats import HostStats
 
 logger = logging.getLogger(__name__)
-
 
 
 class Reply:
@@ -46,35 +46,61 @@ def make_request_handler(
     fn: RequestHandlerFn,
     config: HostConfig,
     stats: HostStats,
-    limiter: trio.CapacityLimiter,
+    slots: RequestSlots,
+    penalties: PenaltyBox,
+    max_request_bytes: int | None = None,
 ) -> StreamHandler:
-    """Build the inbound stream handler for ``protocol`` (the caller wraps it with the guard too)."""
+    """Build the inbound stream handler for ``protocol`` (the caller wraps it with the guard too).
+
+    Budgets, each charged to the peer when abused: a slot out of its per-peer share, the frame's
+    length prefix within ``request_idle_timeout``, a length within the protocol's cap, and the body
+    within idle + length / min_request_rate (never more than ``request_read_timeout``).
+    """
+    cap = config.request_cap(protocol) if max_request_bytes is None else max_request_bytes
 
     async def handle(stream: INetStream) -> None:
         peer = str(stream.muxed_conn.peer_id)
-        try:
-            limiter.acquire_on_behalf_of_nowait(stream)
-        except trio.WouldBlock:
+        if penalties.is_blocked(peer):
+            stats.requests_failed["blocked"] += 1
+            await reset_quietly(stream)
+            return
+        refused = slots.try_acquire(peer)
+        if refused is not None:
             # Refuse instead of queueing: a flood of requests must not pile up memory or tasks.
-            stats.requests_failed["busy"] += 1
+            stats.requests_failed[refused] += 1
+            if refused == "peer_busy":
+                penalties.charge(peer, "request_flood")
             await reset_quietly(stream)
             return
         try:
             await _serve(stream, peer)
         finally:
-            limiter.release_on_behalf_of(stream)
+            slots.release(peer)
+
+    async def _read_request(stream: INetStream, peer: str) -> bytes | None:
+        reason = None
+        try:
+            with trio.fail_after(config.request_idle_timeout):
+                length = await read_uvarint(stream)
+            if length > cap:
+                raise FrameError("too_large", f"{length} bytes > {cap} on {protocol}")
+            body_timeout = min(config.request_read_timeout, config.request_idle_timeout + length / config.min_request_rate)
+            reason = "slow"
+            with trio.fail_after(body_timeout):
+                return await read_payload(stream, length)
+        except trio.TooSlowError:
+            reason = reason or "idle"
+        except FrameError as exc:
+            reason = exc.reason
+        stats.requests_failed[reason] += 1
+        await reset_quietly(stream)
+        if reason != "eof":  # a stream closed before a single byte costs us nothing worth charging
+            penalties.charge(peer, f"request_{reason}")
+        return None
 
     async def _serve(stream: INetStream, peer: str) -> None:
-        try:
-            with trio.fail_after(config.request_read_timeout):
-                request = await read_frame(stream, config.max_request_bytes)
-        except trio.TooSlowError:
-            stats.requests_failed["read_timeout"] += 1
-            await reset_quietly(stream)
-            return
-        except FrameError as exc:
-            stats.requests_failed[exc.reason] += 1
-            await reset_quietly(stream)
+        request = await _read_request(stream, peer)
+        if request is None:
             return
         stats.bytes_in[peer] += len(request)
         done: Callable[[], None] | None = None

@@ -27,6 +27,9 @@ class HostStats:
     bytes_out: Counter[str] = field(default_factory=Counter)
     peer_event_errors: int = 0  # on_peer_event callbacks that raised
     publish_wait_seconds: float = 0.0  # time publish() spent blocked on rate limit or send queues
+    penalties: Counter[str] = field(default_factory=Counter)  # abuse reason -> charges (budget.PenaltyBox)
+    blocked: Counter[str] = field(default_factory=Counter)  # reason -> peers blocked for it
+    connections_refused: Counter[str] = field(default_factory=Counter)  # reason -> inbound sockets refused
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-friendly copy for status endpoints."""
@@ -46,4 +49,7 @@ class HostStats:
             "bytes_out": dict(self.bytes_out),
             "peer_event_errors": self.peer_event_errors,
             "publish_wait_seconds": round(self.publish_wait_seconds, 3),
+            "penalties": dict(self.penalties),
+            "blocked": dict(self.blocked),
+            "connections_refused": dict(self.connections_refused),
         }
