@@ -28,7 +28,6 @@ from node.config import PARTIAL, NodeConfig
 from swarm.settings import key_path, reason
 
 FIELDS = NodeConfig.model_fields
-LOG_FORMATS = typing.get_args(FIELDS["log_format"].annotation)
 
 
 class ConfigError(ValueError):
@@ -48,6 +47,19 @@ def _base_type(annotation) -> Any:
     return annotation
 
 
+def _shown(field, default_data_dir) -> str:
+    """A field's default as its flag's help says it."""
+    if field.is_required():  # data_dir: the CLI's default
+        return f"{default_data_dir}, or $SWARM_DATA_DIR"
+    if field.default is None:
+        return "off"
+    if isinstance(field.default, tuple):
+        return ",".join(field.default) or "none"
+    if isinstance(field.default, bool):
+        return str(field.default).lower()
+    return str(field.default) or "none"
+
+
 def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "~/.swarm-node") -> None:
     """The flags of `start` (and `config show`), one per NodeConfig field, all defaulting to 'not given'."""
     S = argparse.SUPPRESS
@@ -57,17 +69,8 @@ def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "
     for key, field in FIELDS.items():
         kind = _base_type(field.annotation)
         extra = field.json_schema_extra or {}
-        if field.is_required():
-            shown = f"{default_data_dir}, or $SWARM_DATA_DIR"
-        elif field.default is None:
-            shown = "off"
-        elif field.default == "":
-            shown = "none"
-        elif isinstance(field.default, tuple):
-            shown = ",".join(field.default) or "none"
-        else:
-            shown = str(field.default).lower() if isinstance(field.default, bool) else str(field.default)
-        kwargs: dict[str, Any] = {"default": S, "help": f"{field.description} (default {shown})"}
+        kwargs: dict[str, Any] = {"default": S,
+                                  "help": f"{field.description} (default {_shown(field, default_data_dir)})"}
         if kind is bool:
             kwargs.update(action="store_true", help=field.description)
         elif typing.get_origin(kind) is typing.Literal:

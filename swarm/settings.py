@@ -70,8 +70,6 @@ def reason(error: dict) -> str:
         return "must be a finite number"
     if kind == "string_too_short":
         return "must not be empty"
-    if kind in ("too_long", "too_short"):
-        return error["msg"].replace("Tuple", "array").replace("List", "array").lower()
     if kind in ("path_type", "is_instance_of"):
         return f"must be a path (a string), not {_kind(got)}"
     if kind == "value_error":
