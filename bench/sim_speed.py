@@ -13,7 +13,6 @@ delivery, everything included) and the call counts are less sensitive to other l
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -29,10 +28,10 @@ from simulator.scenario import load  # noqa: E402
 def sized(peers: int, seconds: float, seed: int):
     base = load("scale")
     factor = peers / base.total_peers
-    groups = tuple(dataclasses.replace(g, count=max(1, round(g.count * factor))) for g in base.peers)
-    return dataclasses.replace(base, peers=groups, duration=seconds, settle=min(base.settle, seconds / 4),
-                               tasks=tuple(dataclasses.replace(t, at=min(t.at, seconds / 3)) for t in base.tasks),
-                               seed=seed)
+    groups = tuple(g.model_copy(update={"count": max(1, round(g.count * factor))}) for g in base.peers)
+    return base.model_copy(update={"peers": groups, "duration": seconds, "settle": min(base.settle, seconds / 4),
+                                   "tasks": tuple(t.model_copy(update={"at": min(t.at, seconds / 3)})
+                                                  for t in base.tasks), "seed": seed})
 
 
 def measure(peers: int, seconds: float, seed: int) -> dict:

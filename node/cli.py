@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     _data_dir_arg(p)
     p.add_argument("--json", action="store_true")
 
-    from node.config_file import add_start_flags  # light: argparse and tomllib only
+    from node.config_file import add_start_flags  # light: argparse, tomllib and pydantic only
     p = sub.add_parser("start", help="run a peer: --bootstrap starts a swarm, --join joins one")
     add_start_flags(p, DEFAULT_DATA_DIR)
 
@@ -64,14 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base-dir", type=Path, default=Path("runs/local"),
                    help="parent of the peers' data dirs (default runs/local; reused to resume)")
     p.add_argument("--task", type=Path, default=None, help="task TOML to announce (default: built-in example)")
-    p.add_argument("--heartbeat", type=float, default=2.0,
-                   help="seconds between status heartbeats (default 2, as `start`)")
+    from node.config import NodeConfig
+    node_fields = NodeConfig.model_fields  # the settings `local` passes to every peer: help and default as `start`
+    p.add_argument("--heartbeat-interval", type=float, default=node_fields["heartbeat_interval"].default,
+                   metavar="SECONDS", help=f"{node_fields['heartbeat_interval'].description} "
+                                           f"(default {node_fields['heartbeat_interval'].default}, as `start`)")
     p.add_argument("--tui", action="store_true", help="watch the peers in the terminal UI (q stops the swarm)")
     p.add_argument("--malicious", action="append", default=[], metavar="K:KIND",
                    help="make K of the workers cheat as KIND (repeatable; e.g. 1:other-model, 1:lying-validator "
                         "runs a validator that the task trusts); the summary says who banned them")
-    p.add_argument("--job-device", default="cpu", metavar="DEVICE",
-                   help="where every peer's job processes run models: cpu (default), cuda or cuda:N")
+    p.add_argument("--job-device", default=node_fields["job_device"].default, metavar="DEVICE",
+                   help=f"every peer's setting: {node_fields['job_device'].description} "
+                        f"(default {node_fields['job_device'].default})")
     p.add_argument("--restart-dead", action="store_true",
                    help="start a peer that dies again on its data dir (the others keep running either way)")
     return parser
@@ -243,7 +247,7 @@ def cmd_local(args) -> int:
     except ConfigError as exc:
         return _fail(str(exc), 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
-                     task_file=args.task, heartbeat=args.heartbeat, malicious=malicious, tui=args.tui,
+                     task_file=args.task, heartbeat=args.heartbeat_interval, malicious=malicious, tui=args.tui,
                      job_device=args.job_device, restart_dead=args.restart_dead)
 
 

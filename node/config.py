@@ -1,51 +1,93 @@
-"""What a node is told to be: one frozen config, built from CLI flags and a TOML file (node/config_file.py)."""
+"""What a node is told to be: every setting of `swarm-node start`, declared once.
+
+The flags of `start` and `config show` are derived from these fields (node/config_file.py: name,
+type, default and help), and the config file accepts exactly these keys, so a setting has one name,
+one default and one help text. Light on purpose (pydantic, no trio, libp2p or torch): `--help` and
+`config show` answer at once.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from swarm.jobs import MALICIOUS
+from swarm.settings import FilePath, Settings, Strs
 
 ROLES = ("relay", "worker", "trainer", "validator", "mirror", "leech")
+PARTIAL = {"partial": True}  # validation context: one source's keys alone, no cross-key checks yet
 
 
-@dataclass(frozen=True)
-class NodeConfig:
-    data_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 0
-    bootstrap: bool = False
-    join: tuple[str, ...] = ()
-    roles: tuple[str, ...] = ("relay",)
-    heartbeat_interval: float = 2.0
-    gone_after: float = 10.0
-    target_connections: int = 8
-    log_format: str = "text"
-    metrics_port: int | None = None  # Prometheus text on 127.0.0.1:metrics_port; None: off
-    malicious: str = ""  # demonstrations and tests: the job process cheats this way (swarm.jobs.MALICIOUS)
-    upload_mbps: float | None = None  # emulated uplink for shard answers (node/uplink.py); None: off
-    job_threads: int = 1  # torch threads of the train/generate job process (verify jobs keep one)
-    job_device: str = "cpu"  # where the job processes run models: "cpu", "cuda" or "cuda:N"
+def _listed(value):
+    """A file may give a list or a single string; a comma-separated string is split (roles)."""
+    return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
 
-    def __post_init__(self) -> None:
-        unknown = sorted(set(self.roles) - set(ROLES))
+
+class NodeConfig(Settings):
+    data_dir: FilePath = Field(description="where the key, blobs and control file live",
+                               json_schema_extra={"metavar": "DIR"})
+    host: str = Field("127.0.0.1", min_length=1, description="address to listen on")
+    port: int = Field(0, ge=0, le=65535, description="TCP port; 0: the OS picks")
+    bootstrap: bool = Field(False, description="start a new swarm that others --join")
+    join: Annotated[Strs, BeforeValidator(_listed)] = Field(
+        (), description="a peer to join through (repeatable), e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3Koo...",
+        json_schema_extra={"metavar": "MULTIADDR"})
+    roles: Annotated[Strs, BeforeValidator(_listed)] = Field(
+        ("relay",), description="comma-separated: " + ", ".join(ROLES), json_schema_extra={"metavar": "ROLES"})
+    heartbeat_interval: float = Field(2.0, gt=0, description="seconds between status heartbeats",
+                                      json_schema_extra={"metavar": "SECONDS"})
+    gone_after: float = Field(10.0, gt=0, description="seconds of silence before a peer is gone",
+                              json_schema_extra={"metavar": "SECONDS"})
+    target_connections: int = Field(8, ge=1, le=1000, description="links to peers this node keeps open",
+                                    json_schema_extra={"metavar": "N"})
+    log_format: Literal["text", "json"] = Field("text", description="text or json lines")
+    metrics_port: int | None = Field(None, ge=1, le=65535, description="serve Prometheus metrics on "
+                                     "127.0.0.1:PORT", json_schema_extra={"metavar": "PORT"})
+    malicious: str = Field("", description="for demonstrations and tests: this peer's jobs cheat; KIND is one of "
+                           + ", ".join(MALICIOUS), json_schema_extra={"metavar": "KIND"})
+    upload_mbps: float | None = Field(None, gt=0, description="emulate an uplink of MBPS Mbit/s for shard answers, "
+                                      "as the simulator models links (localhost benchmarks)",
+                                      json_schema_extra={"metavar": "MBPS"})
+    job_threads: int = Field(1, ge=1, le=256, description="torch threads for the job process that trains and "
+                             "generates (1: a machine shared by several peers; a trainer alone on its machine: "
+                             "its core count)", json_schema_extra={"metavar": "N"})
+    job_device: str = Field("cpu", description="where the job processes run models (generation, checks, GRPO): "
+                            "cpu, cuda or cuda:N, with a CUDA build of torch", json_schema_extra={"metavar": "DEVICE"})
+
+    @field_validator("roles")
+    @classmethod
+    def _known_roles(cls, roles: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [r for r in roles if r not in ROLES]
         if unknown:
             raise ValueError(f"unknown role {unknown[0]!r}; roles are {', '.join(ROLES)}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError("port must be 0..65535 (0: the OS picks)")
-        if self.heartbeat_interval <= 0 or self.gone_after <= self.heartbeat_interval:
-            raise ValueError("need 0 < heartbeat_interval < gone_after")
-        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
-            raise ValueError("metrics_port must be 1..65535")
-        if not 1 <= self.job_threads <= 256:
-            raise ValueError("job_threads must be 1..256")
-        if not valid_device(self.job_device):
-            raise ValueError(f"job_device must be cpu, cuda or cuda:N, got {self.job_device!r}")
-        if self.upload_mbps is not None and not self.upload_mbps > 0:
-            raise ValueError("upload_mbps must be positive (or unset: no emulated uplink)")
-        if self.malicious:
-            from swarm.jobs import MALICIOUS
-            if self.malicious not in MALICIOUS:
-                raise ValueError(f"unknown malicious kind {self.malicious!r}; kinds are {', '.join(MALICIOUS)}")
+        return roles
+
+    @field_validator("malicious")
+    @classmethod
+    def _known_kind(cls, kind: str) -> str:
+        if kind and kind not in MALICIOUS:
+            raise ValueError(f"unknown malicious kind {kind!r}; kinds are {', '.join(MALICIOUS)}")
+        return kind
+
+    @field_validator("job_device")
+    @classmethod
+    def _device(cls, name: str) -> str:
+        if not valid_device(name):
+            raise ValueError(f'must be "cpu", "cuda" or "cuda:N", got {name!r}')
+        return name
+
+    @model_validator(mode="after")
+    def _combination(self, info: ValidationInfo) -> "NodeConfig":
+        if info.context and info.context.get("partial"):
+            return self
+        if self.gone_after <= self.heartbeat_interval:
+            raise ValueError(f"heartbeat_interval ({self.heartbeat_interval:g} s) must be below gone_after "
+                             f"({self.gone_after:g} s): a peer is gone only after missing heartbeats; "
+                             "lower heartbeat_interval or raise gone_after")
+        if self.bootstrap and self.join:
+            raise ValueError("'bootstrap' and 'join' exclude each other (start a swarm, or join one)")
+        return self
 
 
 def valid_device(name: str) -> bool:

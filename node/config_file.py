@@ -1,29 +1,14 @@
-"""A TOML config file for everything `swarm-node start` flags set; flags override the file.
+"""The flags of `swarm-node start` and its TOML config file, both derived from `NodeConfig`.
 
 Why a module of its own: `start` and `config show` must resolve settings the same way, and the
 resolution must be light (no trio, libp2p or torch) so `--help` and `config show` answer at once.
 
-Order, lowest first: built-in defaults < the file (`--config FILE`) < flags given on the command line.
-Flags are declared with `argparse.SUPPRESS` as their default, so only flags actually typed show up in
-the parsed namespace and cannot silently mask the file. Relative paths in the file (`data_dir`) are
-taken relative to the file's own folder, so a config works from any working directory.
-
-File keys (flat, top level):
-
-    data_dir = "runs/peer0"        # string
-    host = "127.0.0.1"             # string
-    port = 4001                    # integer 0..65535 (0: the OS picks)
-    bootstrap = true               # boolean; exclusive with join
-    join = ["/ip4/.../p2p/12D3..."] # list of strings (a single string is accepted too)
-    roles = ["trainer"]            # list of strings, or "worker,relay"
-    heartbeat = 2.0                # seconds, number
-    gone_after = 10.0              # seconds, number
-    log_format = "text"            # "text" or "json"
-    metrics_port = 9464            # integer 1..65535; Prometheus text on 127.0.0.1 (off when absent)
-    malicious = "other-model"      # demonstrations and tests only: this peer's jobs cheat (see --help)
-    upload_mbps = 8.0              # Mbit/s: emulate a slow uplink for shard answers (benchmarks; off when absent)
-    job_threads = 1                # integer 1..256: torch threads of the job process running train/generate jobs
-    job_device = "cpu"             # "cpu", "cuda" or "cuda:N": where the job processes run models
+Order, lowest first: the model's defaults < the file (`--config FILE`) < flags given on the command
+line. Every field of node/config.py `NodeConfig` is a flag (`heartbeat_interval` -> `--heartbeat-interval`)
+and a top-level file key of the same name, with the field's description as help. Flags are declared
+with `argparse.SUPPRESS` as their default, so only flags actually typed show up in the parsed
+namespace and cannot silently mask the file. Relative paths in the file (`data_dir`) are taken
+relative to the file's own folder, so a config works from any working directory.
 """
 
 from __future__ import annotations
@@ -32,63 +17,69 @@ import argparse
 import difflib
 import json
 import tomllib
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
-DEFAULTS: dict[str, Any] = {
-    "data_dir": None,  # filled with the CLI's default data dir
-    "host": "127.0.0.1",
-    "port": 0,
-    "bootstrap": False,
-    "join": [],
-    "roles": ["relay"],
-    "heartbeat": 2.0,
-    "gone_after": 10.0,
-    "log_format": "text",
-    "metrics_port": None,
-    "malicious": "",
-    "upload_mbps": None,
-    "job_threads": 1,
-    "job_device": "cpu",
-}
-LOG_FORMATS = ("text", "json")
+from pydantic import ValidationError
+
+from node.config import PARTIAL, NodeConfig
+from swarm.settings import key_path, reason
+
+FIELDS = NodeConfig.model_fields
 
 
 class ConfigError(ValueError):
-    """A config file or value that cannot be used; the message names the file and the key."""
+    """A config file or value that cannot be used; the message names the file (or flag) and the key."""
+
+
+def flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _base_type(annotation) -> Any:
+    """int | None -> int; anything else stays what it is."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return annotation
+
+
+def _shown(field, default_data_dir) -> str:
+    """A field's default as its flag's help says it."""
+    if field.is_required():  # data_dir: the CLI's default
+        return f"{default_data_dir}, or $SWARM_DATA_DIR"
+    if field.default is None:
+        return "off"
+    if isinstance(field.default, tuple):
+        return ",".join(field.default) or "none"
+    if isinstance(field.default, bool):
+        return str(field.default).lower()
+    return str(field.default) or "none"
 
 
 def add_start_flags(p: argparse.ArgumentParser, default_data_dir: Path | str = "~/.swarm-node") -> None:
-    """The flags of `start` (and `config show`), all defaulting to 'not given'."""
+    """The flags of `start` (and `config show`), one per NodeConfig field, all defaulting to 'not given'."""
     S = argparse.SUPPRESS
     p.add_argument("--config", type=Path, default=S, metavar="FILE",
                    help="TOML file with any of these settings (flags given here override it)")
-    p.add_argument("--data-dir", type=Path, default=S,
-                   help=f"where the key, blobs and control file live (default {default_data_dir}, or $SWARM_DATA_DIR)")
     how = p.add_mutually_exclusive_group()
-    how.add_argument("--bootstrap", action="store_true", default=S, help="start a new swarm that others --join")
-    how.add_argument("--join", action="append", default=S, metavar="MULTIADDR",
-                     help="a peer to join through (repeatable), e.g. /ip4/127.0.0.1/tcp/4001/p2p/12D3Koo...")
-    p.add_argument("--host", default=S, help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=S, help="TCP port (default: the OS picks)")
-    p.add_argument("--roles", default=S, help="comma-separated: relay, worker, trainer, validator (default relay)")
-    p.add_argument("--heartbeat", type=float, default=S, help="seconds between status heartbeats (default 2)")
-    p.add_argument("--gone-after", type=float, default=S, help="seconds of silence before a peer is gone (default 10)")
-    p.add_argument("--log-format", choices=LOG_FORMATS, default=S, help="text (default) or json lines")
-    p.add_argument("--metrics-port", type=int, default=S, metavar="PORT",
-                   help="serve Prometheus metrics on 127.0.0.1:PORT (default: off)")
-    p.add_argument("--upload-mbps", type=float, default=S, metavar="MBPS",
-                   help="emulate an uplink of MBPS Mbit/s for shard answers, as the simulator models links "
-                        "(localhost benchmarks: peers sharing one CPU; default: off)")
-    p.add_argument("--job-threads", type=int, default=S, metavar="N",
-                   help="torch threads for the job process that trains and generates (default 1: a machine "
-                        "shared by several peers; a trainer alone on its machine: its core count)")
-    p.add_argument("--job-device", default=S, metavar="DEVICE",
-                   help="where the job processes run models (generation, checks, GRPO): cpu (default), cuda "
-                        "or cuda:N, with a CUDA build of torch")
-    from swarm.jobs import MALICIOUS  # light: dataclasses only
-    p.add_argument("--malicious", choices=MALICIOUS, default=S, metavar="KIND",
-                   help="for demonstrations and tests: this peer cheats; KIND is one of " + ", ".join(MALICIOUS))
+    for key, field in FIELDS.items():
+        kind = _base_type(field.annotation)
+        extra = field.json_schema_extra or {}
+        kwargs: dict[str, Any] = {"default": S,
+                                  "help": f"{field.description} (default {_shown(field, default_data_dir)})"}
+        if kind is bool:
+            kwargs.update(action="store_true", help=field.description)
+        elif typing.get_origin(kind) is typing.Literal:
+            kwargs.update(choices=typing.get_args(kind))
+        elif key == "join":
+            kwargs.update(action="append", metavar=extra.get("metavar"))
+        else:
+            kwargs.update(type=kind if kind in (int, float, Path) else str, metavar=extra.get("metavar"))
+        (how if key in ("bootstrap", "join") else p).add_argument(flag(key), **kwargs)
 
 
 def load_file(path: Path) -> dict[str, Any]:
@@ -102,7 +93,7 @@ def load_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    out = {key: check_value(key, value, where=str(path)) for key, value in table.items()}
+    out = _checked(table, str(path))
     if out.get("data_dir") is not None and not out["data_dir"].is_absolute():
         out["data_dir"] = (path.parent / out["data_dir"]).resolve()
     if out.get("bootstrap") and out.get("join"):
@@ -111,96 +102,54 @@ def load_file(path: Path) -> dict[str, Any]:
 
 
 def check_value(key: str, value: Any, where: str = "config") -> Any:
-    """Check one setting's type and range; return it normalised (Path, list of roles, float)."""
-    if key not in DEFAULTS:
-        close = difflib.get_close_matches(key, DEFAULTS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(DEFAULTS)}")
+    """Check one setting's type and range; return it normalised (Path, tuple of roles, float)."""
+    return _checked({key: value}, where)[key]
 
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{where}: key {key!r} must be {expected}, got {type(value).__name__} {value!r}")
 
-    if key in ("data_dir", "host"):
-        if not isinstance(value, (str, Path)) or not str(value):
-            raise bad("a non-empty string")
-        return Path(value) if key == "data_dir" else str(value)
-    if key == "bootstrap":
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    if key == "job_device":
-        from node.config import valid_device
-        if not valid_device(value):
-            raise ConfigError(f"{where}: key {key!r} must be \"cpu\", \"cuda\" or \"cuda:N\", got {value!r}")
-        return value
-    if key == "job_threads":
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise bad("an integer")
-        if not 1 <= value <= 256:
-            raise ConfigError(f"{where}: key {key!r} must be in 1..256, got {value}")
-        return value
-    if key in ("port", "metrics_port"):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise bad("an integer")
-        low = 0 if key == "port" else 1
-        if not low <= value <= 65535:
-            raise ConfigError(f"{where}: key {key!r} must be in {low}..65535, got {value}")
-        return value
-    if key in ("heartbeat", "gone_after"):
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            raise bad("a positive number of seconds")
-        return float(value)
-    if key == "upload_mbps":
-        if value is None:
-            return None
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-            raise bad("a positive number of Mbit/s")
-        return float(value)
-    if key == "malicious":
-        from swarm.jobs import MALICIOUS
-        if value != "" and value not in MALICIOUS:
-            raise bad("one of " + ", ".join(repr(k) for k in MALICIOUS))
-        return value
-    if key == "log_format":
-        if value not in LOG_FORMATS:
-            raise bad(" or ".join(repr(f) for f in LOG_FORMATS))
-        return value
-    if key in ("join", "roles"):
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",")] if key == "roles" else [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise bad("a list of strings")
-        return [v for v in value if v]
-    raise AssertionError(key)  # every key in DEFAULTS is handled above
+def _checked(values: dict[str, Any], where: str, keyed: bool = True) -> dict[str, Any]:
+    """`values` (some keys of NodeConfig) checked field by field, without the cross-key checks.
+    Errors read "<where>: key 'port' must be ..." (a file), or "<where>: must be ..." (a flag)."""
+    try:
+        cfg = NodeConfig.model_validate({"data_dir": ".", **values}, context=PARTIAL)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key = key_path(tuple(error["loc"]))
+        if error["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(key, FIELDS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(FIELDS)}") from None
+        raise ConfigError(f"{where}: key {key!r} {reason(error)}" if keyed else f"{where}: {reason(error)}") from None
+    return {key: getattr(cfg, key) for key in values}
 
 
 def resolve(flags: dict[str, Any], default_data_dir: Path) -> dict[str, Any]:
     """Defaults < file < flags. `flags` is `vars(args)` of a parser built with `add_start_flags`."""
-    settings = dict(DEFAULTS, data_dir=Path(default_data_dir))
+    settings = {key: field.default for key, field in FIELDS.items() if not field.is_required()}
+    settings = {"data_dir": Path(default_data_dir), **settings}
     if flags.get("config") is not None:
         settings.update(load_file(flags["config"]))
-    given = {k: v for k, v in flags.items() if k in DEFAULTS}
+    given = {k: v for k, v in flags.items() if k in FIELDS}
     if "join" in given or "bootstrap" in given:  # how to enter the swarm is one choice: a flag replaces the file's
-        settings["bootstrap"], settings["join"] = False, []
+        settings["bootstrap"], settings["join"] = False, ()
     for key, value in given.items():
-        settings[key] = check_value(key, value, where=f"--{key.replace('_', '-')}")
+        settings.update(_checked({key: value}, flag(key), keyed=False))
     return settings
 
 
-def node_config(settings: dict[str, Any]):
-    """The runtime's NodeConfig from resolved settings (raises ValueError on bad combinations)."""
-    from node.config import NodeConfig
-    return NodeConfig(data_dir=settings["data_dir"], host=settings["host"], port=settings["port"],
-                      bootstrap=settings["bootstrap"], join=tuple(settings["join"]), roles=tuple(settings["roles"]),
-                      heartbeat_interval=settings["heartbeat"], gone_after=settings["gone_after"],
-                      log_format=settings["log_format"], metrics_port=settings["metrics_port"],
-                      malicious=settings["malicious"], upload_mbps=settings["upload_mbps"],
-                      job_threads=settings["job_threads"], job_device=settings["job_device"])
+def node_config(settings: dict[str, Any]) -> NodeConfig:
+    """The runtime's NodeConfig from resolved settings (raises ConfigError on bad combinations)."""
+    try:
+        return NodeConfig(**settings)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        key = ".".join(str(part) for part in error["loc"])
+        raise ConfigError(f"{flag(key)}: {reason(error)}" if key else reason(error)) from None
 
 
 def render(settings: dict[str, Any], fmt: str = "toml") -> str:
     """The resolved settings as TOML (loadable again with --config) or JSON."""
-    plain = {k: (str(v) if isinstance(v, Path) else v) for k, v in settings.items()}
+    plain = {k: (str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v)
+             for k, v in settings.items()}
     if fmt == "json":
         return json.dumps(plain, indent=2)
     lines = []

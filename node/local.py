@@ -53,7 +53,8 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         # One torch thread for the trainer too: with two (--job-threads 2) its steps got slower here
         # (train_s 1.31 s against 1.15 s, 4 peers on 2 cores): the other core is never idle enough.
         device = ["--job-device", job_device] if job_device != "cpu" else []
-        boot_args = ["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", str(heartbeat), "--roles", "trainer"]
+        boot_args = ["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat-interval", str(heartbeat),
+                     "--roles", "trainer"]
         proc, boot = start_peer(boot_args + device, dirs[0] / "node.log")
         procs.append(proc)
         # A restarted bootstrap takes its old port again, so the address the others joined stays good.
@@ -62,7 +63,7 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         for i, d in enumerate(dirs[1:], 1):
             kind = cheaters.get(i)
             role = "validator" if kind == "lying-validator" else "worker"
-            args = (["--join", boot, "--data-dir", str(d), "--heartbeat", str(heartbeat), "--roles", role]
+            args = (["--join", boot, "--data-dir", str(d), "--heartbeat-interval", str(heartbeat), "--roles", role]
                     + (["--malicious", kind] if kind else []) + device)
             proc, _ = start_peer(args, d / "node.log", nice=WORKER_NICE)
             procs.append(proc)

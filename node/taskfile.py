@@ -1,6 +1,6 @@
 """Task files (TOML) to signed-ready `TaskAnnouncement`s, with errors that name the key.
 
-Schema (also in the README):
+Schema (the fields of `TaskTable` below; `[task.params]` is swarm/taskparams.py `TaskParams`):
 
     [task]
     name = "digit-sort"            # letters, digits, - _ .
@@ -10,7 +10,7 @@ Schema (also in the README):
     lifetime_hours = 168           # > 0
     trainers = ["self"]            # peer ids (12D3Koo...) or "self"
     validators = []                # peer ids or "self"
-    [task.params]                  # numbers, strings, booleans; at most 64
+    [task.params]                  # the keys TaskParams declares, at most 64
     lr = 3e-5
 """
 
@@ -20,17 +20,33 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field, ValidationError
+
 from gossip.identity import Identity, public_key_from_peer_id
 from gossip.messages import TaskAnnouncement
+from swarm.settings import Settings, Strs, explain
+from swarm.taskparams import ParamError, TaskParams
 
 EXAMPLE = Path(__file__).parent / "examples" / "digit-sort.toml"
-_REQUIRED = {"name": str, "model": str, "env": str}
-_OPTIONAL = {"async_level": int, "lifetime_hours": (int, float), "trainers": list, "validators": list,
-             "params": dict}
 
 
 class TaskFileError(Exception):
     pass
+
+
+class TaskTable(Settings):
+    name: str = Field(description="the task's name: letters, digits, - _ .")
+    model: str = Field(description='"builtin:<name>" or a model name the nodes resolve offline')
+    env: str = Field(description="the environment that makes prompts and scores completions")
+    async_level: int = Field(2, ge=0, le=16, description="how many versions old a worker's policy may be")
+    lifetime_hours: float = Field(168.0, gt=0, description="the task expires this long after it is announced")
+    trainers: Strs = Field(("self",), description='peer ids that may publish versions; "self": the announcer')
+    validators: Strs = Field((), description='peer ids whose verdicts trainers trust; "self": the announcer')
+    params: dict = Field({}, description="task params: the keys swarm/taskparams.py TaskParams declares")
+
+
+class TaskFile(Settings):
+    task: TaskTable
 
 
 def load_task_file(path: Path, announcer: Identity, now: float) -> TaskAnnouncement:
@@ -46,27 +62,22 @@ def load_task_file(path: Path, announcer: Identity, now: float) -> TaskAnnouncem
 def task_from_dict(data: dict[str, Any], announcer: Identity, now: float, where: str = "task") -> TaskAnnouncement:
     if set(data) != {"task"} or not isinstance(data["task"], dict):
         raise TaskFileError(f"{where}: expected exactly one [task] table, found {sorted(data)}")
-    table = data["task"]
-    unknown = sorted(set(table) - set(_REQUIRED) - set(_OPTIONAL))
-    if unknown:
-        raise TaskFileError(f"{where}: unknown key task.{unknown[0]} (known: {sorted({**_REQUIRED, **_OPTIONAL})})")
-    for key, kind in {**_REQUIRED, **_OPTIONAL}.items():
-        if key in _REQUIRED and key not in table:
-            raise TaskFileError(f"{where}: task.{key} is required")
-        if key in table and (not isinstance(table[key], kind) or isinstance(table[key], bool)):
-            raise TaskFileError(f"{where}: task.{key} has the wrong type ({type(table[key]).__name__})")
-    lifetime = float(table.get("lifetime_hours", 168))
-    if lifetime <= 0:
-        raise TaskFileError(f"{where}: task.lifetime_hours must be positive")
+    try:
+        table = TaskFile.model_validate(data).task
+        TaskParams.from_params(table.params)  # the table itself is announced: its keys, order and types
+    except ValidationError as exc:
+        raise TaskFileError(f"{where}: {explain(exc)}") from None
+    except ParamError as exc:
+        raise TaskFileError(f"{where}: {exc}") from None
 
-    def keys(name: str, default: list) -> tuple[bytes, ...]:
+    def keys(name: str) -> tuple[bytes, ...]:
         out = []
-        for i, peer in enumerate(table.get(name, default)):
+        for i, peer in enumerate(getattr(table, name)):
             if peer == "self":
                 out.append(announcer.public_key)
                 continue
             try:
-                out.append(public_key_from_peer_id(str(peer)))
+                out.append(public_key_from_peer_id(peer))
             except ValueError:
                 raise TaskFileError(f"{where}: task.{name}[{i}] = {peer!r} is not an Ed25519 peer id "
                                     f"(see `swarm-node id`)") from None
@@ -74,9 +85,8 @@ def task_from_dict(data: dict[str, Any], announcer: Identity, now: float, where:
 
     try:
         return TaskAnnouncement(
-            name=table["name"], model=table["model"], env=table["env"], created_at=now,
-            expires_at=now + lifetime * 3600, trainer_keys=keys("trainers", ["self"]),
-            validator_keys=keys("validators", []), async_level=table.get("async_level", 2),
-            params=table.get("params", {}))
+            name=table.name, model=table.model, env=table.env, created_at=now,
+            expires_at=now + table.lifetime_hours * 3600, trainer_keys=keys("trainers"),
+            validator_keys=keys("validators"), async_level=table.async_level, params=dict(table.params))
     except ValueError as exc:
         raise TaskFileError(f"{where}: {exc}") from None

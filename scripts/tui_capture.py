@@ -57,11 +57,11 @@ def main() -> int:
     procs: list = []
     session = f"swarm-tui-{int(time.time())}"
     try:
-        proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat", "1",
+        proc, boot = start_peer(["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat-interval", "1",
                                  "--roles", "trainer" if jobs else "relay"], dirs[0] / "node.log")
         procs.append(proc)
         for d in dirs[1:]:
-            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat", "1",
+            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--heartbeat-interval", "1",
                                   "--roles", "worker" if jobs else "relay"], d / "node.log")
             procs.append(proc)
         say(f"4 peers up ({'trainer + 3 workers' if jobs else '4 relays'}), data dirs under {base}")

@@ -1,26 +1,27 @@
-"""Scenario files: strict TOML -> frozen dataclasses, with errors that name the offending key.
+"""Scenario files: strict TOML -> frozen pydantic models, with errors that name the offending key.
 
     scenario = load("smoke")            # a shipped scenario, or a path to a .toml file
     scenario.peers[0].count
 
-Every table is checked for unknown keys, every value for its type and range, and cross references
-(regions, groups, checks, adversary kinds) are resolved, so a bad file fails with one clear line such
-as `scenario.peers[2].count: must be >= 1`, never a traceback. This module imports nothing heavy:
+Each table is declared once below (type, default, range, help); the models refuse unknown keys and
+wrong types (swarm/settings.py), then cross references (regions, groups, checks, adversary kinds,
+task params) are resolved, so a bad file fails with one clear line such as
+`scenario.peers[2].count: must be >= 1, got 0`, never a traceback. This module imports nothing heavy:
 `swarm-sim --help` and `list` stay instant.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import tomllib
-import typing
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, Strict, TypeAdapter, ValidationError
 
 from swarm.jobs import KINDS as ROLE_KINDS
+from swarm.settings import Floats, Settings, Strs, explain, reason
+from swarm.taskparams import TaskParams
 
 SCENARIO_DIR = "scenarios"
 MAX_REAL_PEERS = 32  # with real role jobs every peer holds its own models in memory
@@ -30,210 +31,118 @@ class ScenarioError(ValueError):
     """A scenario file is wrong; the message names the key."""
 
 
-def f(default: Any = dataclasses.MISSING, *, ge: float | None = None, gt: float | None = None,
-      le: float | None = None, lt: float | None = None, choices: tuple | None = None, doc: str = "") -> Any:
-    meta = {"ge": ge, "gt": gt, "le": le, "lt": lt, "choices": choices, "doc": doc}
-    if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: type(default)(default), metadata=meta)
-    return field(default=default, metadata=meta)
+def _many(model: type) -> Any:
+    """A TOML array of tables -> a tuple of `model`."""
+    return Annotated[tuple[model, ...], Strict(False)]
 
 
 # ---------------------------------------------------------------- the schema
 
 
-@dataclass(frozen=True)
-class PeerGroup:
-    name: str = f()
-    count: int = f(ge=1, le=100_000)
-    roles: tuple[str, ...] = f(("relay",))
-    region: str = f("any", doc="a region name, or 'any' to spread the group round-robin over regions")
-    up_mbps: float = f(100.0, gt=0, le=1e6)
-    down_mbps: float = f(100.0, gt=0, le=1e6)
-    adversary: str = f("", doc="an adversary kind, '' for honest peers")
-    adversary_params: dict = f({})
-    churn: bool = f(True, doc="whether random churn may replace peers of this group")
-    join_at: float = f(0.0, ge=0)
-    join_spread: float = f(0.0, ge=0, doc="joins spread evenly over this many seconds after join_at")
+class PeerGroup(Settings):
+    name: str
+    count: int = Field(ge=1, le=100_000)
+    roles: Strs = ("relay",)
+    region: str = Field("any", description="a region name, or 'any' to spread the group round-robin over regions")
+    up_mbps: float = Field(100.0, gt=0, le=1e6)
+    down_mbps: float = Field(100.0, gt=0, le=1e6)
+    adversary: str = Field("", description="an adversary kind, '' for honest peers")
+    adversary_params: dict = {}
+    churn: bool = Field(True, description="whether random churn may replace peers of this group")
+    join_at: float = Field(0.0, ge=0)
+    join_spread: float = Field(0.0, ge=0, description="joins spread evenly over this many seconds after join_at")
 
 
-@dataclass(frozen=True)
-class NetworkSpec:
-    regions: tuple[str, ...] = f(("eu", "na", "asia", "sa"))
-    latency_ms: tuple[tuple[float, ...], ...] = f(((2.0, 45.0, 120.0, 110.0), (45.0, 2.0, 90.0, 70.0),
-                                                   (120.0, 90.0, 2.0, 220.0), (110.0, 70.0, 220.0, 2.0)))
-    loss: float = f(0.0, ge=0, lt=1)
-    bootstrap: int = f(3, ge=1, le=64, doc="live peers each joining peer is given to dial (its --join list)")
-    max_connections: int = f(64, ge=1, le=10_000)
-    dial_timeout: float = f(5.0, gt=0)
+class NetworkSpec(Settings):
+    regions: Strs = ("eu", "na", "asia", "sa")
+    latency_ms: Annotated[tuple[Floats, ...], Strict(False)] = (
+        (2.0, 45.0, 120.0, 110.0), (45.0, 2.0, 90.0, 70.0), (120.0, 90.0, 2.0, 220.0), (110.0, 70.0, 220.0, 2.0))
+    loss: float = Field(0.0, ge=0, lt=1)
+    bootstrap: int = Field(3, ge=1, le=64, description="live peers each joining peer is given to dial (its --join list)")
+    max_connections: int = Field(64, ge=1, le=10_000)
+    dial_timeout: float = Field(5.0, gt=0)
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    at: float = f(ge=0)
-    by: str = f(doc="peer group whose first live honest peer announces it")
-    name: str = f("digit-sort")
-    model: str = f("builtin:digit-sort-tiny")
-    env: str = f("digit-sort")
-    ttl: float = f(86400.0, gt=0)
-    async_level: int = f(2, ge=0, le=16)
-    params: dict = f({}, doc="task params (group_size, prompts_per_step, shard_size, validate_fraction, ...)")
-    validators: tuple[str, ...] = f((), doc="peer groups whose keys the task names as trusted validators")
+class TaskSpec(Settings):
+    at: float = Field(ge=0)
+    by: str = Field(description="peer group whose first live honest peer announces it")
+    name: str = "digit-sort"
+    model: str = "builtin:digit-sort-tiny"
+    env: str = "digit-sort"
+    ttl: float = Field(86400.0, gt=0)
+    async_level: int = Field(2, ge=0, le=16)
+    params: dict = Field({}, description="task params, announced as written: swarm/taskparams.py TaskParams")
+    validators: Strs = Field((), description="peer groups whose keys the task names as trusted validators")
 
 
-@dataclass(frozen=True)
-class ChurnSpec:
-    replace_fraction: float = f(0.0, ge=0, le=1, doc="share of churnable live peers replaced each round")
-    replace_every: float = f(600.0, gt=0)
-    crash_fraction: float = f(0.5, ge=0, le=1, doc="share of replaced peers that crash instead of leaving")
-    crash_rate: float = f(0.0, ge=0, doc="crash-and-restart events per peer per hour (same identity)")
-    downtime: float = f(30.0, ge=0)
+class ChurnSpec(Settings):
+    replace_fraction: float = Field(0.0, ge=0, le=1, description="share of churnable live peers replaced each round")
+    replace_every: float = Field(600.0, gt=0)
+    crash_fraction: float = Field(0.5, ge=0, le=1, description="share of replaced peers that crash instead of leaving")
+    crash_rate: float = Field(0.0, ge=0, description="crash-and-restart events per peer per hour (same identity)")
+    downtime: float = Field(30.0, ge=0)
 
 
-@dataclass(frozen=True)
-class PartitionSpec:
-    at: float = f(ge=0)
-    duration: float = f(gt=0)
-    fraction: float = f(0.5, gt=0, lt=1, doc="share of peers cut off on the minority side")
+class PartitionSpec(Settings):
+    at: float = Field(ge=0)
+    duration: float = Field(gt=0)
+    fraction: float = Field(0.5, gt=0, lt=1, description="share of peers cut off on the minority side")
 
 
-@dataclass(frozen=True)
-class SlowSpec:
-    fraction: float = f(gt=0, le=1)
-    factor: float = f(0.1, gt=0, le=1, doc="bandwidth multiplier")
-    extra_delay_ms: float = f(0.0, ge=0)
+class SlowSpec(Settings):
+    fraction: float = Field(gt=0, le=1)
+    factor: float = Field(0.1, gt=0, le=1, description="bandwidth multiplier")
+    extra_delay_ms: float = Field(0.0, ge=0)
 
 
-@dataclass(frozen=True)
-class FaultsSpec:
-    random: bool = f(False, doc="derive loss, partitions, slow peers and skew from the seed (VOPR style)")
-    loss_max: float = f(0.02, ge=0, lt=1)
-    partitions_max: int = f(2, ge=0, le=100)
-    partition_max_duration: float = f(60.0, gt=0)
-    slow_max: float = f(0.2, ge=0, le=1)
-    skew_max: float = f(0.0, ge=0, le=3600, doc="each peer's clock is off by uniform(-skew_max, skew_max) s")
-    partitions: tuple[PartitionSpec, ...] = f(())
-    slow: tuple[SlowSpec, ...] = f(())
+class FaultsSpec(Settings):
+    random: bool = Field(False, description="derive loss, partitions, slow peers and skew from the seed (VOPR style)")
+    loss_max: float = Field(0.02, ge=0, lt=1)
+    partitions_max: int = Field(2, ge=0, le=100)
+    partition_max_duration: float = Field(60.0, gt=0)
+    slow_max: float = Field(0.2, ge=0, le=1)
+    skew_max: float = Field(0.0, ge=0, le=3600, description="each peer's clock is off by uniform(-skew_max, skew_max) s")
+    partitions: _many(PartitionSpec) = ()
+    slow: _many(SlowSpec) = ()
 
 
-@dataclass(frozen=True)
-class WorkloadSpec:
-    probe_rate: float = f(0.0, ge=0, le=1000, doc="probe messages per second, from random live honest peers")
-    probe_size: int = f(1024, ge=0, le=65536)
-    probe_start: float = f(10.0, ge=0)
+class WorkloadSpec(Settings):
+    probe_rate: float = Field(0.0, ge=0, le=1000, description="probe messages per second, from random live honest peers")
+    probe_size: int = Field(1024, ge=0, le=65536)
+    probe_start: float = Field(10.0, ge=0)
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    mode: str = f("cost", choices=("cost", "real"))
-    seconds: float = f(1.0, ge=0)
-    jitter: float = f(0.0, ge=0, lt=1)
-    result_bytes: int = f(0, ge=0)
-    fail_rate: float = f(0.0, ge=0, le=1)
-    function: str = f("", doc="for mode = 'real': a name registered with workload.register_real_function")
+class JobSpec(Settings):
+    mode: Literal["cost", "real"] = "cost"
+    seconds: float = Field(1.0, ge=0)
+    jitter: float = Field(0.0, ge=0, lt=1)
+    result_bytes: int = Field(0, ge=0)
+    fail_rate: float = Field(0.0, ge=0, le=1)
+    function: str = Field("", description="for mode = 'real': a name registered with workload.register_real_function")
 
 
-@dataclass(frozen=True)
-class Scenario:
-    name: str = f()
-    duration: float = f(gt=0, le=30 * 86400)
-    peers: tuple[PeerGroup, ...] = f()
-    description: str = f("")
-    seed: int = f(1, ge=0, lt=2**63)
-    settle: float = f(60.0, ge=0, doc="final liveness phase: no faults, churn or attacks start in it")
-    delivery_grace: float = f(30.0, gt=0, doc="a message counts as delivered if it arrives within this")
-    checks: tuple[str, ...] = f(())
-    network: NetworkSpec = f(NetworkSpec())
-    tasks: tuple[TaskSpec, ...] = f(())
-    churn: ChurnSpec = f(ChurnSpec())
-    faults: FaultsSpec = f(FaultsSpec())
-    workload: WorkloadSpec = f(WorkloadSpec())
-    jobs: dict = f({}, doc="job kind -> JobSpec table")
-    job_slots: int = f(1, ge=1, le=64)
-    core: dict = f({}, doc="CoreConfig overrides; a [core.membership] table overrides MembershipConfig")
-    gossip: dict = f({}, doc="GossipConfig overrides (D, Dlo, Dhi, heartbeat, ...)")
+class Scenario(Settings):
+    name: str
+    duration: float = Field(gt=0, le=30 * 86400)
+    peers: _many(PeerGroup)
+    description: str = ""
+    seed: int = Field(1, ge=0, lt=2**63)
+    settle: float = Field(60.0, ge=0, description="final liveness phase: no faults, churn or attacks start in it")
+    delivery_grace: float = Field(30.0, gt=0, description="a message counts as delivered if it arrives within this")
+    checks: Strs = ()
+    network: NetworkSpec = NetworkSpec()
+    tasks: _many(TaskSpec) = ()
+    churn: ChurnSpec = ChurnSpec()
+    faults: FaultsSpec = FaultsSpec()
+    workload: WorkloadSpec = WorkloadSpec()
+    jobs: dict[str, JobSpec] = Field({}, description="job kind -> JobSpec table")
+    job_slots: int = Field(1, ge=1, le=64)
+    core: dict = Field({}, description="CoreConfig overrides; a [core.membership] table overrides MembershipConfig")
+    gossip: dict = Field({}, description="GossipConfig overrides (D, Dlo, Dhi, heartbeat, ...)")
 
     @property
     def total_peers(self) -> int:
         return sum(g.count for g in self.peers)
-
-
-# ---------------------------------------------------------------- strict conversion
-
-
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is tuple:
-        return "array"
-    if dataclasses.is_dataclass(tp):
-        return "table"
-    return {int: "integer", float: "number", str: "string", bool: "boolean", dict: "table"}.get(tp, str(tp))
-
-
-def _convert(tp: Any, value: Any, path: str) -> Any:
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ScenarioError(f"{path}: must be a table")
-        return _build(tp, value, path)
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise ScenarioError(f"{path}: must be an array")
-        (item,) = [a for a in typing.get_args(tp) if a is not Ellipsis]
-        return tuple(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ScenarioError(f"{path}: must be a boolean, not {type(value).__name__}")
-        return value
-    if tp is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ScenarioError(f"{path}: must be an integer, not {type(value).__name__}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ScenarioError(f"{path}: must be a number, not {type(value).__name__}")
-        if not math.isfinite(value):
-            raise ScenarioError(f"{path}: must be a finite number")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ScenarioError(f"{path}: must be a string, not {type(value).__name__}")
-        return value
-    if tp is dict:
-        if not isinstance(value, dict):
-            raise ScenarioError(f"{path}: must be a table")
-        return value
-    raise ScenarioError(f"{path}: unsupported type {tp}")  # a schema bug, still not a traceback
-
-
-def _check_range(meta: dict, value: Any, path: str) -> None:
-    if meta.get("choices") is not None and value not in meta["choices"]:
-        raise ScenarioError(f"{path}: must be one of {', '.join(map(repr, meta['choices']))}, not {value!r}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        for key, ok, word in (("ge", lambda v, b: v >= b, ">="), ("gt", lambda v, b: v > b, ">"),
-                              ("le", lambda v, b: v <= b, "<="), ("lt", lambda v, b: v < b, "<")):
-            bound = meta.get(key)
-            if bound is not None and not ok(value, bound):
-                raise ScenarioError(f"{path}: must be {word} {bound:g}, got {value:g}")
-
-
-def _build(cls: type, data: dict, path: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    fields = {fl.name: fl for fl in dataclasses.fields(cls)}
-    for key in data:
-        if key not in fields:
-            known = ", ".join(sorted(fields))
-            raise ScenarioError(f"{path}.{key}: unknown key (known: {known})")
-    kwargs = {}
-    for name, fl in fields.items():
-        sub = f"{path}.{name}"
-        if name not in data:
-            if fl.default is dataclasses.MISSING and fl.default_factory is dataclasses.MISSING:
-                raise ScenarioError(f"{sub}: required ({_type_name(hints[name])})")
-            continue
-        value = _convert(hints[name], data[name], sub)
-        _check_range(dict(fl.metadata), value, sub)
-        kwargs[name] = value
-    return cls(**kwargs)
 
 
 # ---------------------------------------------------------------- cross checks
@@ -289,11 +198,10 @@ def _validate(s: Scenario) -> Scenario:
         for name in t.validators:
             if name not in names:
                 raise ScenarioError(f"scenario.tasks[{i}].validators: {name!r} is not a peer group")
-        if len(t.params) > 64:
-            raise ScenarioError(f"scenario.tasks[{i}].params: at most 64 entries")
-        for key, value in t.params.items():
-            if not isinstance(value, (int, float, str, bool)):
-                raise ScenarioError(f"scenario.tasks[{i}].params.{key}: must be a number, string or boolean")
+        try:
+            TaskParams.model_validate(t.params)  # as every peer will check the announcement
+        except ValidationError as exc:
+            raise ScenarioError(explain(exc, f"scenario.tasks[{i}].params")) from None
     for i, c in enumerate(s.checks):
         if c not in checkers.CHECKS:
             raise ScenarioError(f"scenario.checks[{i}]: unknown check {c!r} (known: {', '.join(sorted(checkers.CHECKS))})")
@@ -301,17 +209,14 @@ def _validate(s: Scenario) -> Scenario:
         if part.at + part.duration > s.duration - s.settle:
             raise ScenarioError(f"scenario.faults.partitions[{i}]: must heal before the settle phase "
                                 f"(at + duration <= {s.duration - s.settle:g})")
-    jobs = {}
-    for kind, spec in s.jobs.items():
-        job = _convert(JobSpec, spec, f"scenario.jobs.{kind}")
+    jobs = s.jobs
+    for kind, job in jobs.items():
         if kind in ROLE_KINDS and job.function:
             raise ScenarioError(f"scenario.jobs.{kind}.function: the roles' jobs run trainer/jobs.py when "
                                 "mode = \"real\"; leave function out")
         if job.mode == "real" and kind not in ROLE_KINDS and job.function not in real_function_names():
             raise ScenarioError(f"scenario.jobs.{kind}.function: {job.function!r} is not a registered real "
                                 f"function (registered: {', '.join(real_function_names()) or 'none'})")
-        jobs[kind] = job
-    object.__setattr__(s, "jobs", jobs)
     real = [k for k in ROLE_KINDS if k in jobs and jobs[k].mode == "real"]
     if real and len(real) < len(ROLE_KINDS):
         missing = [k for k in ROLE_KINDS if k not in real]
@@ -348,7 +253,11 @@ def gossip_config(s: Scenario):
     return cfg
 
 
+_SCALARS = {t: TypeAdapter(t, config=ConfigDict(strict=True, allow_inf_nan=False)) for t in (int, float, bool, str)}
+
+
 def _override(cls: type, data: dict, path: str, nested: dict, forbidden: set) -> Any:
+    """`cls` (a runtime config dataclass) with the scenario's overrides of its scalar fields."""
     defaults = cls()
     kwargs = {}
     for key, value in data.items():
@@ -360,8 +269,10 @@ def _override(cls: type, data: dict, path: str, nested: dict, forbidden: set) ->
                 raise ScenarioError(f"{sub}: must be a table")
             kwargs[key] = _override(nested[key], value, sub, {}, set())
             continue
-        current = getattr(defaults, key)
-        kwargs[key] = _convert(type(current), value, sub)
+        try:
+            kwargs[key] = _SCALARS[type(getattr(defaults, key))].validate_python(value)
+        except ValidationError as exc:
+            raise ScenarioError(f"{sub}: {reason(exc.errors(include_url=False)[0])}") from None
         if isinstance(kwargs[key], (int, float)) and not isinstance(kwargs[key], bool) and kwargs[key] < 0:
             raise ScenarioError(f"{sub}: must be >= 0")
     try:
@@ -396,7 +307,11 @@ def loads(text: str, source: str = "<string>") -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
-    return _validate(_build(Scenario, data, "scenario"))
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(explain(exc, "scenario")) from None
+    return _validate(scenario)
 
 
 def load(name_or_path: str) -> Scenario:
@@ -405,4 +320,4 @@ def load(name_or_path: str) -> Scenario:
 
 
 def with_seed(s: Scenario, seed: int | None) -> Scenario:
-    return s if seed is None else dataclasses.replace(s, seed=seed)
+    return s if seed is None else s.model_copy(update={"seed": seed})

@@ -1,40 +1,86 @@
-"""The task parameters the protocol itself reads (the rest of `task.params` is for the trainer)."""
+"""Every key a task's `params` table may hold, declared once: the protocol's, the trainer's, the weights'.
+
+A task file is checked against this model before it is signed (node/taskfile.py), a scenario's tasks
+when the scenario loads, and a task announcement from the network when it arrives (swarm/tasks.py):
+an unknown key or a bad value refuses the task with a reason naming the key, never a silent default,
+because every peer must read a signed task the same way. A trainer setting left out (None) means the
+trainer's own default (trainer/grpo.py `GRPOConfig`, trainer/warmup.py, trainer/versions.py).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, StrictBool, ValidationError
 
 from gossip.messages import TaskAnnouncement
 from swarm.jobs import TaskSpec
+from swarm.settings import Settings, explain
+
+MAX_SHARD_SIZE = 64 << 20
+MIN_PIECE_SIZE = 256  # trainer/weights/manifest.py refuses smaller pieces
 
 
-@dataclass(frozen=True)
-class TaskParams:
-    group_size: int = 16  # samples per prompt: one GRPO group
-    prompts_per_commit: int = 4  # prompts in one worker batch (one rollout commitment)
-    prompts_per_step: int = 16  # prompts per trainer step
-    n_prompts: int = 1 << 30  # the index space prompt assignment draws from
-    republish_interval: float = 10.0  # how often a trainer re-announces its latest version
-    max_batches_per_version: int = 256  # a worker's batches for one version, at most
+class ParamError(ValueError):
+    """A task parameter is unknown, or has the wrong type or range; the message names it."""
+
+
+class TaskParams(Settings):
+    # ---- read by the protocol (workers, trainers, validators)
+    group_size: int = Field(16, gt=0, description="samples per prompt: one GRPO group")
+    prompts_per_commit: int = Field(4, gt=0, description="prompts in one worker batch (one rollout commitment)")
+    prompts_per_step: int = Field(16, gt=0, description="prompts per trainer step")
+    n_prompts: int = Field(1 << 30, gt=0, description="the index space prompt assignment draws from")
+    republish_interval: float = Field(10.0, gt=0, description="seconds between a trainer's re-announcements "
+                                                              "of its latest version")
+    max_batches_per_version: int = Field(256, gt=0, description="a worker's batches for one version, at most")
+    validate_fraction: float = Field(1.0, ge=0, le=1, description="share of commitments a validator checks")
+    # ---- read by the trainer's jobs (None: the trainer's default)
+    lr: float | None = Field(None, gt=0, description="AdamW learning rate")
+    lr_warmup: int | None = Field(None, ge=0, description="batches over which lr ramps up; 0: constant")
+    lr_decay_start: int | None = Field(None, ge=0, description="the batch where the cosine decay begins")
+    lr_decay_steps: int | None = Field(None, ge=0, description="batches over which lr falls to lr_min; 0: none")
+    lr_min: float | None = Field(None, ge=0, description="the rate after the decay")
+    clip_low: float | None = Field(None, gt=0, description="ratio clipped below at 1 - clip_low")
+    clip_high: float | None = Field(None, gt=0, description="ratio clipped above at 1 + clip_high")
+    delta: float | None = Field(None, gt=0, description="upper bound on the ratio for negative advantages")
+    minibatches: int | None = Field(None, gt=0, description="optimizer steps per batch")
+    temperature: float | None = Field(None, ge=0, description="sampling temperature for rollouts")
+    max_new_tokens: int | None = Field(None, gt=0, description="tokens a completion may add")
+    weight_decay: float | None = Field(None, ge=0, description="AdamW weight decay")
+    max_grad_norm: float | None = Field(None, gt=0, description="gradient clipping threshold")
+    std_normalize: StrictBool | None = Field(None, description="divide advantages by the group std")
+    format_weight: float | None = Field(None, ge=0, description="weight of the env's format reward")
+    decoupled: StrictBool | None = Field(None, description="clip around the step's start weights (stale batches)")
+    beta1: float | None = Field(None, gt=0, lt=1, description="AdamW beta1")
+    beta2: float | None = Field(None, gt=0, lt=1, description="AdamW beta2")
+    warmup_steps: int | None = Field(None, ge=0, description="supervised warm-up steps of a built-in model")
+    eval_prompts: int | None = Field(None, ge=0, description="held-out prompts of the trainer's evaluation")
+    # ---- how versions are carried
+    shard_size: int | None = Field(None, ge=256, le=MAX_SHARD_SIZE, description="bytes per weight shard")
+    piece_size: int | None = Field(None, ge=MIN_PIECE_SIZE, description="bytes per requested piece of a shard")
+    full_every: int | None = Field(None, ge=1, description="a full version after this many deltas")
+    weights_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype weights travel in")
 
     @classmethod
     def of(cls, task: TaskAnnouncement) -> "TaskParams":
-        """Known keys of task.params with their types checked; a bad value falls back to the default."""
+        """task.params checked (raises ParamError naming the key)."""
         return cls.from_params(task.params)
 
     @classmethod
     def from_params(cls, params) -> "TaskParams":
-        """`of` for a bare params mapping (what a job's TaskSpec carries)."""
-        values = {}
-        for fl in fields(cls):
-            raw = params.get(fl.name)
-            if isinstance(raw, bool) or raw is None:
-                continue
-            if fl.type in ("int", int) and isinstance(raw, int) and raw > 0:
-                values[fl.name] = raw
-            elif fl.type in ("float", float) and isinstance(raw, (int, float)) and raw > 0:
-                values[fl.name] = float(raw)
-        return cls(**values)
+        """`of` for a bare params mapping (what a job's TaskSpec carries). Parsed once per distinct table."""
+        # the key holds each value's type: True == 1 and 16.0 == 16, but only one of each is valid
+        return _parse(tuple((key, type(value), value) for key, value in params.items()))
+
+
+@lru_cache(maxsize=64)
+def _parse(items: tuple) -> TaskParams:
+    try:
+        return TaskParams.model_validate({key: value for key, _, value in items})
+    except ValidationError as exc:
+        raise ParamError("task param " + explain(exc)) from None
 
 
 def task_spec(task: TaskAnnouncement) -> TaskSpec:

@@ -13,10 +13,11 @@ import msgpack
 
 from gossip import topics
 from gossip.envelope import SignedMessage
-from gossip.errors import CAPACITY, MALFORMED, OUT_OF_WINDOW, Rejected
+from gossip.errors import CAPACITY, MALFORMED, OUT_OF_WINDOW, SCHEMA, Rejected
 from gossip.identity import peer_id_from_public_key
 from gossip.messages import TaskAnnouncement
 from swarm.io import Emit, Subscribe, Unsubscribe
+from swarm.taskparams import ParamError, TaskParams
 
 MAX_SYNC_IDS = 32
 
@@ -60,6 +61,10 @@ class TaskBook:
         self._sync_pending.pop(task_id, None)
         if task_id in self.tasks:
             return []
+        try:
+            TaskParams.of(task)  # every peer reads a signed task the same way, or refuses it
+        except ParamError as exc:
+            raise Rejected(SCHEMA, str(exc)) from None
         if len(self.tasks) >= self.max_tasks:
             raise Rejected(CAPACITY, f"already following {self.max_tasks} tasks")
         self.tasks[task_id] = KnownTask(task, signed, now)

@@ -14,7 +14,7 @@ T0 = 1_800_000_000.0
 def task(**overrides) -> TaskAnnouncement:
     fields = dict(name="digit-sort", model="builtin:digit-sort-tiny", env="digit-sort", created_at=T0,
                   expires_at=T0 + 86400, trainer_keys=(ALICE.public_key,), validator_keys=(BOB.public_key,),
-                  async_level=2, params={"lr": 3e-5, "group_size": 16, "sampler": "plain", "kl": False})
+                  async_level=2, params={"lr": 3e-5, "group_size": 16, "weights_dtype": "bf16", "decoupled": False})
     fields.update(overrides)
     return TaskAnnouncement(**fields)
 

@@ -1,89 +1,66 @@
-"""A task's `params` table -> the trainer's settings, strictly typed.
+"""A task's `params` table -> the trainer's settings.
 
-The task file speaks the operator's words (group_size, clip_low, ...); GRPOConfig speaks the
-algorithm's (samples_per_prompt, eps_low, ...). A value of the wrong type is an error naming the key,
-never a silent fallback: a trainer that quietly used another learning rate than the signed task says
-would publish versions nobody asked for. Keys this module does not know are left to other layers.
+Which keys exist, their types and ranges are declared once, in swarm/taskparams.py (`TaskParams`):
+a bad value is an error naming the key, never a silent fallback, because a trainer that quietly used
+another learning rate than the signed task says would publish versions nobody asked for. This module
+only maps the task's words onto the algorithm's (group_size -> samples_per_prompt, clip_low -> eps_low)
+and checks what needs two keys at once; a key left out keeps GRPOConfig's default.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from swarm.taskparams import ParamError, TaskParams
 from trainer.grpo import GRPOConfig
 from trainer.warmup import WarmupConfig
 
-# task.params key -> (GRPOConfig field, type)
+__all__ = ["ParamError", "grpo_config", "int_param", "warmup_config"]
+
+# TaskParams field -> GRPOConfig field, for the trainer settings a task may leave to the trainer
 GRPO_KEYS = {
-    "group_size": ("samples_per_prompt", int),
-    "prompts_per_step": ("prompts_per_step", int),
-    "lr": ("lr", float),
-    "lr_warmup": ("lr_warmup_steps", int),
-    "lr_decay_start": ("lr_decay_start", int),
-    "lr_decay_steps": ("lr_decay_steps", int),
-    "lr_min": ("lr_min", float),
-    "clip_low": ("eps_low", float),
-    "clip_high": ("eps_high", float),
-    "delta": ("delta", float),
-    "minibatches": ("minibatches", int),
-    "temperature": ("temperature", float),
-    "max_new_tokens": ("max_new_tokens", int),
-    "weight_decay": ("weight_decay", float),
-    "max_grad_norm": ("max_grad_norm", float),
-    "std_normalize": ("std_normalize", bool),
-    "format_weight": ("format_weight", float),
-    "decoupled": ("decoupled", bool),
-    "beta1": ("betas", float),
-    "beta2": ("betas", float),
+    "lr": "lr",
+    "lr_warmup": "lr_warmup_steps",
+    "lr_decay_start": "lr_decay_start",
+    "lr_decay_steps": "lr_decay_steps",
+    "lr_min": "lr_min",
+    "clip_low": "eps_low",
+    "clip_high": "eps_high",
+    "delta": "delta",
+    "minibatches": "minibatches",
+    "temperature": "temperature",
+    "max_new_tokens": "max_new_tokens",
+    "weight_decay": "weight_decay",
+    "max_grad_norm": "max_grad_norm",
+    "std_normalize": "std_normalize",
+    "format_weight": "format_weight",
+    "decoupled": "decoupled",
 }
 
 
-class ParamError(ValueError):
-    """A task parameter has the wrong type or range."""
-
-
-def _value(params, key: str, typ: type):
-    raw = params[key]
-    if typ is bool:
-        if not isinstance(raw, bool):
-            raise ParamError(f"task param {key} must be true or false, got {raw!r}")
-        return raw
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (typ is int and not isinstance(raw, int)):
-        raise ParamError(f"task param {key} must be {'an integer' if typ is int else 'a number'}, got {raw!r}")
-    if raw < 0 or (raw == 0 and key not in ("weight_decay", "temperature", "format_weight", "lr_warmup",
-                                             "lr_decay_start", "lr_decay_steps", "lr_min")):
-        raise ParamError(f"task param {key} must be positive, got {raw!r}")
-    return typ(raw)
-
-
 def grpo_config(params) -> GRPOConfig:
+    task = TaskParams.from_params(params)
     cfg = GRPOConfig()
-    values = {}
-    for key, (name, typ) in GRPO_KEYS.items():
-        if key in params and name != "betas":
-            values[name] = _value(params, key, typ)
-    b1 = _value(params, "beta1", float) if "beta1" in params else cfg.betas[0]
-    b2 = _value(params, "beta2", float) if "beta2" in params else cfg.betas[1]
-    if not (b1 < 1 and b2 < 1):
-        raise ParamError(f"task params beta1/beta2 must be below 1, got {b1}, {b2}")
-    out = replace(cfg, betas=(b1, b2), **values)
+    values = {name: getattr(task, key) for key, name in GRPO_KEYS.items() if getattr(task, key) is not None}
+    b1 = cfg.betas[0] if task.beta1 is None else task.beta1
+    b2 = cfg.betas[1] if task.beta2 is None else task.beta2
+    out = replace(cfg, samples_per_prompt=task.group_size, prompts_per_step=task.prompts_per_step,
+                  betas=(b1, b2), **values)
     if out.lr_decay_steps and out.lr_min > out.lr:
         raise ParamError(f"task param lr_min ({out.lr_min}) must not be above lr ({out.lr}): the decay only lowers it")
     return out
 
 
 def warmup_config(params, seed: int) -> WarmupConfig:
+    steps = TaskParams.from_params(params).warmup_steps
     cfg = WarmupConfig(seed=seed)
-    if "warmup_steps" in params:
-        raw = params["warmup_steps"]
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-            raise ParamError(f"task param warmup_steps must be an integer >= 0, got {raw!r}")
-        cfg = replace(cfg, steps=raw)
-    return cfg
+    return cfg if steps is None else replace(cfg, steps=steps)
 
 
 def int_param(params, key: str, default: int, lo: int = 0) -> int:
-    raw = params.get(key, default)
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < lo:
-        raise ParamError(f"task param {key} must be an integer >= {lo}, got {raw!r}")
-    return raw
+    """An integer TaskParams field, or `default` when the task leaves it out; at least `lo`."""
+    raw = getattr(TaskParams.from_params(params), key)
+    value = default if raw is None else raw
+    if value < lo:
+        raise ParamError(f"task param {key} must be an integer >= {lo}, got {value!r}")
+    return value

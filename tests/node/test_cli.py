@@ -18,11 +18,15 @@ def test_help_is_fast(args):
     out = run_cli(*args)
     elapsed = time.monotonic() - started
     assert out.returncode == 0 and "usage: swarm-node" in out.stdout
-    assert elapsed < 1.0, f"--help took {elapsed:.2f} s"
+    # Generous on purpose: a few tenths of a second unloaded (pydantic builds the settings models), but
+    # a machine busy with other tests can stretch that; importing torch would take several seconds
+    # more. Which modules --help imports is checked exactly by the next test.
+    assert elapsed < 5.0, f"--help took {elapsed:.2f} s"
 
 
 def test_help_imports_no_heavy_modules():
-    code = "import sys; from node.cli import build_parser; build_parser(); print(sorted(m for m in ('torch','trio','libp2p','transformers') if m in sys.modules))"
+    code = ("import sys; from node.cli import build_parser; build_parser(); print(sorted(m for m in "
+            "('torch','trio','libp2p','transformers','numpy','safetensors','textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "[]"
 

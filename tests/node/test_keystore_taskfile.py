@@ -46,13 +46,17 @@ def test_example_task_file_loads():
 
 
 @pytest.mark.parametrize("table, message", [
-    ({"task": {"name": "x", "model": "m"}}, "task.env is required"),
-    ({"task": {"name": "x", "model": "m", "env": "e", "colour": 1}}, "unknown key task.colour"),
-    ({"task": {"name": "x", "model": "m", "env": 3}}, "task.env has the wrong type"),
-    ({"task": {"name": "x", "model": "m", "env": "e", "async_level": True}}, "task.async_level has the wrong type"),
-    ({"task": {"name": "x", "model": "m", "env": "e", "async_level": 99}}, "async_level"),
-    ({"task": {"name": "x", "model": "m", "env": "e", "lifetime_hours": 0}}, "lifetime_hours must be positive"),
+    ({"task": {"name": "x", "model": "m"}}, "task.env: required"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "colour": 1}}, "task.colour: unknown key"),
+    ({"task": {"name": "x", "model": "m", "env": 3}}, "task.env: must be a string, not int 3"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "async_level": True}}, "task.async_level: must be an integer"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "async_level": 99}}, "task.async_level: must be <= 16"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "lifetime_hours": 0}}, "task.lifetime_hours: must be > 0"),
     ({"task": {"name": "x", "model": "m", "env": "e", "trainers": ["bob"]}}, "task.trainers\\[0\\]"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "params": {"colour": 1}}}, "task param colour: unknown key"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "params": {"lr": -1}}}, "task param lr: must be > 0, got -1"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "params": {"group_size": "16"}}},
+     "task param group_size: must be an integer, not str"),
     ({"tasks": {}}, "exactly one \\[task\\] table"),
 ])
 def test_task_file_errors_name_the_key(table, message):

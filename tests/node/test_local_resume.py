@@ -39,7 +39,7 @@ max_new_tokens = 10
 def launch(base, task_file, log):
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen([sys.executable, "-m", "node.cli", "local", "--peers", "2", "--base-dir", str(base),
-                             "--task", str(task_file), "--heartbeat", "0.5"], stdout=log, stderr=subprocess.STDOUT,
+                             "--task", str(task_file), "--heartbeat-interval", "0.5"], stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
 

@@ -69,7 +69,7 @@ def test_local_tui_shows_the_swarm_and_q_stops_it(tmp_path):
     main, child = pty.openpty()
     os.set_blocking(main, False)
     proc = subprocess.Popen([sys.executable, "-m", "node.cli", "local", "--peers", "2", "--base-dir", str(base),
-                             "--heartbeat", "0.5", "--tui"], stdin=child, stdout=child, stderr=child, env=env,
+                             "--heartbeat-interval", "0.5", "--tui"], stdin=child, stdout=child, stderr=child, env=env,
                             start_new_session=True)
     os.close(child)
     seen = bytearray()

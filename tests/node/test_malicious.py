@@ -16,7 +16,7 @@ from node.records import read_records
 from tests.node.helpers import wait_for
 
 pytestmark = pytest.mark.slow
-FAST = ["--heartbeat", "0.5", "--gone-after", "4"]
+FAST = ["--heartbeat-interval", "0.5", "--gone-after", "4"]
 TASK = {"task": {"name": "digit-sort-cheat", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
                  "async_level": 2, "lifetime_hours": 1, "trainers": ["self"], "validators": [],
                  "params": {"group_size": 8, "prompts_per_commit": 2, "prompts_per_step": 4, "warmup_steps": 10,

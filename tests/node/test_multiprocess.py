@@ -15,7 +15,7 @@ from node.procs import start_peer, stop_processes
 from tests.node.helpers import wait_for
 
 pytestmark = pytest.mark.slow
-FAST = ["--heartbeat", "0.5", "--gone-after", "3"]
+FAST = ["--heartbeat-interval", "0.5", "--gone-after", "3"]
 
 
 def alive(d) -> set[str]:

@@ -20,9 +20,9 @@ async def status(data_dir):
 async def test_three_nodes_meet_and_learn_a_task(tmp_path):
     dirs = [tmp_path / f"n{i}" for i in range(3)]
     async with trio.open_nursery() as nursery:
-        boot = await nursery.start(run_node, NodeConfig(dirs[0], heartbeat_interval=0.5, gone_after=3.0))
+        boot = await nursery.start(run_node, NodeConfig(data_dir=dirs[0], heartbeat_interval=0.5, gone_after=3.0))
         for d in dirs[1:]:
-            await nursery.start(run_node, NodeConfig(d, join=(boot[0],), heartbeat_interval=0.5, gone_after=3.0))
+            await nursery.start(run_node, NodeConfig(data_dir=d, join=(boot[0],), heartbeat_interval=0.5, gone_after=3.0))
         views = {}
 
         async def refresh():
@@ -56,7 +56,7 @@ async def test_control_api_refuses_bad_token_and_unknown_command(tmp_path):
     import json
     import socket
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_node, NodeConfig(tmp_path, heartbeat_interval=0.5, gone_after=3.0))
+        await nursery.start(run_node, NodeConfig(data_dir=tmp_path, heartbeat_interval=0.5, gone_after=3.0))
         info = json.loads((tmp_path / "control.json").read_text())
         assert (tmp_path / "control.json").stat().st_mode & 0o077 == 0
 

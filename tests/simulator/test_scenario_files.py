@@ -50,7 +50,7 @@ def test_every_shipped_scenario_loads():
     (GOOD + "[[tasks]]\nat = 5\nby = \"nobody\"\n", "scenario.tasks[0].by: 'nobody' is not an honest peer group"),
     (GOOD.replace("duration = 100", "duration = 100\nsettle = 200"), "scenario.settle: must be < duration"),
     (GOOD.replace("duration = 100", "duration = 100\n[jobs.generate]\nmode = \"magic\""),
-     "scenario.jobs.generate.mode: must be one of"),
+     "scenario.jobs.generate.mode: must be 'cost' or 'real', not 'magic'"),
     (GOOD.replace("duration = 100", "duration = 100\n[jobs.generate]\nmode = \"real\""),
      "scenario.jobs.init.mode: the roles' jobs run for real all together"),
     (GOOD.replace("duration = 100", "duration = 100\n[jobs.train]\nmode = \"real\"\nfunction = \"x\""),
@@ -58,6 +58,12 @@ def test_every_shipped_scenario_loads():
     (GOOD.replace("count = 3", "count = 40") + "".join(f"[jobs.{k}]\nmode = \"real\"\n"
                                                        for k in ("init", "generate", "train", "verify", "unpack")),
      "scenario.peers: real role jobs are for small scenarios"),
+    (GOOD + "[[tasks]]\nat = 5\nby = \"a\"\nparams = { colour = 1 }\n", "scenario.tasks[0].params.colour: unknown key"),
+    (GOOD + "[[tasks]]\nat = 5\nby = \"a\"\nparams = { group_size = 0 }\n",
+     "scenario.tasks[0].params.group_size: must be > 0, got 0"),
+    (GOOD + "[[tasks]]\nat = 5\nby = \"a\"\nparams = { lr = \"fast\" }\n",
+     "scenario.tasks[0].params.lr: must be a number, not str 'fast'"),
+    (GOOD.replace("count = 3", "count = 3\njoin_at = nan"), "scenario.peers[1].join_at: must be a finite number"),
     ("name = \"x\"\nduration = [", "not valid TOML"),
     ("name = \"x\"\n[[peers]]\nname = \"a\"\ncount = 1\n", "scenario.duration: required"),
 ])

@@ -87,7 +87,7 @@ def _scrape(port: int, path: str = "/metrics") -> tuple[str, str]:
 async def test_a_running_node_serves_metrics_on_loopback_only(tmp_path):
     port = _free_port()
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_node, NodeConfig(tmp_path / "n0", heartbeat_interval=0.5, gone_after=3.0,
+        await nursery.start(run_node, NodeConfig(data_dir=tmp_path / "n0", heartbeat_interval=0.5, gone_after=3.0,
                                                  metrics_port=port))
         head, body = await trio.to_thread.run_sync(_scrape, port)
         assert head.startswith("HTTP/1.0 200") and "text/plain; version=0.0.4" in head
