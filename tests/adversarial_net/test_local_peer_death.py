@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 def launch(base, task_file, log):
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     return subprocess.Popen([sys.executable, "-m", "node.cli", "local", "--peers", "3", "--base-dir", str(base),
-                             "--task", str(task_file), "--heartbeat", "0.5", "--restart-dead"], stdout=log,
+                             "--task", str(task_file), "--heartbeat-interval", "0.5", "--restart-dead"], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
 
