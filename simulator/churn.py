@@ -83,7 +83,7 @@ class Churn:
         if s.churn.crash_rate > 0:
             loop.at(60.0, self._crash_round)
         for t in s.tasks:
-            loop.at(t.at, self.sim.announce_task, t.by, t.name, t.model, t.env, t.ttl, t)
+            loop.at(t.at, self.sim.actions.announce_task, t.by, t.name, t.model, t.env, t.ttl, t)
         if s.workload.probe_rate > 0:
             loop.at(s.workload.probe_start, self._probe)
 
@@ -148,6 +148,6 @@ class Churn:
 
     def _probe(self) -> None:
         sim = self.sim
-        sim.probe(self.s.workload.probe_size)
+        sim.actions.probe(self.s.workload.probe_size)
         rate = self.s.workload.probe_rate
         sim.loop.after(self.rng.uniform(0.5, 1.5) / rate, self._probe)

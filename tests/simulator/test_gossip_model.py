@@ -32,7 +32,7 @@ def test_rejected_messages_are_not_forwarded():
     attacker = 0
     neighbours = sorted(sim.router.conns[attacker])
     garbage = b"\xc1 not an envelope"
-    sim.attack(sim.nodes[attacker], topics.PROBE, garbage)
+    sim.actions.attack(sim.nodes[attacker], topics.PROBE, garbage)
     sim.loop.run(30.0)
     from simulator.gossip_model import message_id
     msg = sim.router.msgs[message_id(garbage)]
