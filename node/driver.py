@@ -70,7 +70,7 @@ class CoreDriver:
     def feed(self, inp) -> list:
         effects = self.core.handle(self.now(), inp)
         for effect in effects:
-            self._carry_out(inp, effect)
+            self._carry_out(effect)
         self._wakeup.set()
         return effects
 
@@ -129,7 +129,7 @@ class CoreDriver:
 
     # ---------------------------------------------------------------- effects
 
-    def _carry_out(self, inp, effect) -> None:
+    def _carry_out(self, effect) -> None:
         handler = self.EFFECT_HANDLERS.get(type(effect))
         if handler is None:
             raise TypeError(f"node/driver.py has no handler for effect {type(effect).__name__}")

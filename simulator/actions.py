@@ -88,4 +88,4 @@ class Actions:
         self.sim.router.withhold[i] = True
 
     def dial(self, i: int, j: int) -> None:
-        self.sim.dial(i, j)
+        self.sim.links.dial(i, j)

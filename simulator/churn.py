@@ -137,14 +137,14 @@ class Churn:
         for i in minority:
             for j in sorted(sim.router.conns[i]):
                 if not sim.net.reachable(i, j):
-                    sim._close(i, j, "partition")
+                    sim.links.close(i, j, "partition")
 
     def _heal(self) -> None:
         self.sim.net.set_partition(None)
         self.sim.trace.record(self.sim.loop.now, -1, "heal", {})
         for i in sorted(self.sim.live):
             if not self.sim.router.conns[i]:
-                self.sim._bootstrap(i)
+                self.sim.links.bootstrap(i)
 
     def _probe(self) -> None:
         sim = self.sim

@@ -3,12 +3,11 @@ and inputs back.
 
 This is `node/`'s job done on the virtual network. Here: peers (created, started, stopped), feeding
 cores and their timers (`next_deadline()`), the effect dispatch table, gossip through
-`GossipRouter`, connections (Dial -> PeerConnected / DialFailed, Disconnect, Ban with connection
-gating) and the trace of what each peer does. Elsewhere: request/response streams and the blob and
-shard stores they serve (simulator/streams.py), job slots (simulator/jobqueue.py), and what the
-scenario and the adversaries do to the swarm (simulator/actions.py). Peers are indices; the core
-sees libp2p-style peer ids. Each peer's `now` is the virtual epoch (1.8e9 s) plus simulated time
-plus its clock skew.
+`GossipRouter`, and the trace of what each peer does. Elsewhere: connections (simulator/links.py),
+request/response streams and the blob and shard stores they serve (simulator/streams.py), job slots
+(simulator/jobqueue.py), and what the scenario and the adversaries do to the swarm
+(simulator/actions.py). Peers are indices; the core sees libp2p-style peer ids. Each peer's `now`
+is the virtual epoch (1.8e9 s) plus simulated time plus its clock skew.
 """
 
 from __future__ import annotations
@@ -26,21 +25,19 @@ from simulator.content import Content, NodeStore
 from simulator.flows import FlowScheduler
 from simulator.gossip_model import GossipRouter, Msg
 from simulator.jobqueue import JobQueue
+from simulator.links import Links
 from simulator.loop import EventLoop
 from simulator.network import LinkProfile, Network
 from simulator.scenario import PeerGroup, Scenario, core_config, gossip_config, real_role_jobs
 from simulator.streams import Streams
 from simulator.trace import Trace
 from swarm.core import PeerCore
-from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
-                      LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
-                      Respond, RespondShard, RunJob, SendRequest, Started, StoreBlob, StoreShard, Subscribe, Tick,
-                      Unsubscribe)
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, Disconnect, DropBlobs, Emit, KeepShards, LocalCommand,
+                      MessageReceived, MessageVerdict, Publish, Respond, RespondShard, RunJob, SendRequest, Started,
+                      StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
 from swarm.rng import Rng, stable_seed
 
 EPOCH = 1.8e9  # virtual wall-clock origin, so message timestamps look like real ones
-HANDSHAKE_TRIPS = 3  # one-way trips to connect: TCP, Noise, multistream/yamux
-REJOIN_AFTER = 10.0  # like node/'s join loop: re-dial bootstrap peers while we have no links
 
 
 @dataclass(eq=False)
@@ -102,6 +99,7 @@ class Simulation:
         self.live: set[int] = set()
         self.jobs = JobQueue(self)
         self.streams = streams = Streams(self)
+        self.links = links = Links(self)
         self.actions = Actions(self)  # the scenario's actions, and the adversaries' World
         self.controllers: dict[str, adversaries.GroupController] = {}
         self._command_id = 0
@@ -111,7 +109,7 @@ class Simulation:
         self.counts = {"deliveries": 0, "core_calls": 0, "rejected": 0}
         self.effect_handlers = {
             Publish: self._do_publish, Subscribe: self._do_subscribe, Unsubscribe: self._do_unsubscribe,
-            Dial: self._do_dial, Disconnect: self._do_disconnect, Ban: self._do_ban, SendRequest: streams.request,
+            Dial: links.dial_effect, Disconnect: links.disconnect, Ban: links.ban, SendRequest: streams.request,
             Respond: streams.respond, RunJob: self.jobs.run_job, Emit: self._do_emit, CommandResult: self._do_result,
             MessageVerdict: self._do_verdict, StoreBlob: streams.store_blob, StoreShard: streams.store_shard,
             RespondShard: streams.respond_shard, CheckShards: streams.check_shards, KeepShards: streams.keep_shards,
@@ -191,7 +189,7 @@ class Simulation:
         self.live.add(i)
         self.trace.record(self.loop.now, i, "start", {"incarnation": node.incarnation})
         self.feed(i, Started((self.addr(i),)))
-        self._bootstrap(i)
+        self.links.bootstrap(i)
         if node.behaviour is not None:
             node.behaviour.start(self.actions, node)
 
@@ -205,7 +203,7 @@ class Simulation:
         self.live.discard(i)
         self.trace.record(self.loop.now, i, how, {"incarnation": node.incarnation})
         for j in sorted(self.router.conns[i]):
-            self._close(i, j, how, notify_self=False)
+            self.links.close(i, j, how, notify_self=False)
         self.router.reset_peer(i)
         for flow in self.flows.cancel_peer(i):
             pass  # their requests fail below or by timeout
@@ -315,102 +313,6 @@ class Simulation:
     def _do_unsubscribe(self, i: int, e: Unsubscribe) -> None:
         self.router.unsubscribe(i, e.topic)
         self.trace.record(self.loop.now, i, "unsub", {"topic": e.topic})
-
-    def _do_dial(self, i: int, e: Dial) -> None:
-        j = self.by_id.get(e.peer)
-        if j is None:
-            self.trace.record(self.loop.now, i, "dial", {"to": -1, "ok": False})
-            self.feed_later(self.scenario.network.dial_timeout, i, DialFailed(e.peer, "unknown address"))
-            return
-        self.dial(i, j)
-
-    def dial(self, i: int, j: int) -> None:
-        """Peer i dials peer j (its core asked, or the runtime bootstraps)."""
-        target = self.nodes[j]
-        self.trace.record(self.loop.now, i, "dial", {"to": j})
-        if j == i or j in self.router.conns[i]:
-            return
-        if not target.up or not self.net.reachable(i, j):
-            self.feed_later(self.scenario.network.dial_timeout, i, DialFailed(target.peer_id, "timeout"))
-            return
-        rtt_part = self.net.one_way(i, j)
-        self.loop.after(HANDSHAKE_TRIPS * rtt_part, self._establish, i, self.nodes[i].incarnation, j,
-                        target.incarnation)
-
-    def _establish(self, i: int, inc_i: int, j: int, inc_j: int) -> None:
-        a, b = self.nodes[i], self.nodes[j]
-        if not a.up or a.incarnation != inc_i:
-            return
-        why = ""
-        if not b.up or b.incarnation != inc_j or not self.net.reachable(i, j):
-            why = "unreachable"
-        elif i in b.banned:
-            why = "refused"
-        elif len(self.router.conns[j]) >= self.scenario.network.max_connections:
-            why = "connection limit"
-        if why:
-            self.trace.record(self.loop.now, i, "dial-failed", {"to": j, "why": why})
-            self.feed(i, DialFailed(b.peer_id, why))
-            return
-        if j in self.router.conns[i]:
-            return
-        self.router.connected(i, j)
-        self.trace.record(self.loop.now, i, "connect", {"to": j})
-        self.feed(i, PeerConnected(b.peer_id, (self.addr(j),)))
-        if b.up and a.up and j in self.router.conns[i]:
-            self.feed(j, PeerConnected(a.peer_id, (self.addr(i),)))
-
-    def _bootstrap(self, i: int) -> None:
-        """Like `node/`'s join list: dial a few live peers while we have none."""
-        node = self.nodes[i]
-        if not node.up or self.router.conns[i]:
-            return
-        candidates = [j for j in sorted(self.live) if j != i and self.net.reachable(i, j)]
-        for j in node.rng.sample(candidates, self.scenario.network.bootstrap):
-            self.dial(i, j)
-        self._schedule_rejoin(i)
-
-    def _schedule_rejoin(self, i: int) -> None:
-        """At most one pending re-bootstrap per peer, `REJOIN_AFTER` s after it lost its last link."""
-        node = self.nodes[i]
-        if node.up and not node.rejoin_pending:
-            node.rejoin_pending = True
-            self.loop.after(REJOIN_AFTER, self._rejoin, i, node.incarnation)
-
-    def _rejoin(self, i: int, incarnation: int) -> None:
-        node = self.nodes[i]
-        if node.incarnation != incarnation:
-            return
-        node.rejoin_pending = False
-        if node.up and not self.router.conns[i]:
-            self._bootstrap(i)
-
-    def _do_disconnect(self, i: int, e: Disconnect) -> None:
-        j = self.by_id.get(e.peer)
-        if j is not None:
-            self._close(i, j, e.reason)
-
-    def _do_ban(self, i: int, e: Ban) -> None:
-        j = self.by_id.get(e.peer)
-        if j is None:
-            return
-        self.nodes[i].banned.add(j)
-        self.trace.record(self.loop.now, i, "ban", {"peer": j, "reason": e.reason})
-        self._close(i, j, "banned")
-
-    def _close(self, i: int, j: int, reason: str, notify_self: bool = True) -> None:
-        if j not in self.router.conns[i]:
-            return
-        self.router.disconnected(i, j, closed_by_i=reason != "partition")
-        self.trace.record(self.loop.now, i, "disconnect", {"peer": j, "reason": reason})
-        self.streams.fail_where(lambda req: {req.client, req.server} == {i, j}, "connection closed")
-        if notify_self:
-            self.feed_later(0.0, i, PeerDisconnected(self.nodes[j].peer_id))
-        self.feed_later(0.0, j, PeerDisconnected(self.nodes[i].peer_id))
-        if not self.router.conns[j]:
-            self._schedule_rejoin(j)
-        if notify_self and not self.router.conns[i]:
-            self._schedule_rejoin(i)
 
     # ---- events
 

@@ -119,7 +119,7 @@ class Streams:
         data, error = shardwire.piece_answer(e, lambda shard, offset, length, digest: content.piece(
             shard, offset, length, digest) if store.has_shard(shard) else None)
         if node.behaviour is not None and data:
-            data, error = node.behaviour.serve_shard(sim.world, node, data)
+            data, error = node.behaviour.serve_shard(sim.actions, node, data)
         if req is not None and not req.done:
             req.shard_rid = e.request_id
         else:

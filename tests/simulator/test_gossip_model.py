@@ -112,7 +112,7 @@ def test_frames_on_the_wire_when_a_link_closes(closer, reason, delivered):
     assert sim.router.conns[0] == {1} and sim.net.one_way(0, 1) > 0.01
     sim.command(0, "probe", {"size": 100})
     sim.loop.run(20.001)
-    sim._close(closer, 1 - closer, reason)
+    sim.links.close(closer, 1 - closer, reason)
     sim.loop.run(25.0)
     probe = next(m for m in sim.router.msgs.values() if m.topic == topics.PROBE)
     assert (1 in probe.seen) is delivered
