@@ -16,8 +16,7 @@ import trio
 
 from node.p2p import DialError, MessageTooLarge, RequestError
 from node.p2p.reqresp import Reply
-from swarm import jobs, protocols
-from swarm.pieces import PIECE_OK, decode_response, encode_error
+from swarm import jobs, protocols, shardwire
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
                       LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
                       RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
@@ -71,7 +70,7 @@ class CoreDriver:
     def feed(self, inp) -> list:
         effects = self.core.handle(self.now(), inp)
         for effect in effects:
-            self._carry_out(inp, effect)
+            self._carry_out(effect)
         self._wakeup.set()
         return effects
 
@@ -100,16 +99,19 @@ class CoreDriver:
         respond: Respond = slot.value
         owes_sent = slot.owes_sent  # the exchange holds an upload slot for this answer until ShardSent
         try:
-            if protocol == protocols.SHARD and respond.error is not None:
-                return encode_error(respond.error)  # in band: "busy" and "not-found" must reach the asker
-            if protocol == protocols.SHARD and self.uplink is not None:
-                await self.uplink.send(len(respond.data))  # an emulated per-peer uplink (node/uplink.py)
+            data = respond.data
+            if protocol == protocols.SHARD:
+                data = shardwire.encode_answer(respond.data, respond.error)
+                if respond.error is not None:
+                    return data  # in band: "busy" and "not-found" must reach the asker
+                if self.uplink is not None:
+                    await self.uplink.send(len(data))  # an emulated per-peer uplink (node/uplink.py)
             if respond.error is not None:
                 raise RequestError(respond.error)  # the adapter resets the stream; the asker sees a failure
             if owes_sent:
                 owes_sent = False  # handed on: the adapter calls done() once the bytes are written
-                return Reply(respond.data, lambda: self.feed(ShardSent(rid)))
-            return respond.data
+                return Reply(data, lambda: self.feed(ShardSent(rid)))
+            return data
         finally:
             if owes_sent:
                 self.feed(ShardSent(rid))
@@ -127,76 +129,107 @@ class CoreDriver:
 
     # ---------------------------------------------------------------- effects
 
-    def _carry_out(self, inp, effect) -> None:
-        if isinstance(effect, MessageVerdict):
+    def _carry_out(self, effect) -> None:
+        handler = self.EFFECT_HANDLERS.get(type(effect))
+        if handler is None:
+            raise TypeError(f"node/driver.py has no handler for effect {type(effect).__name__}")
+        handler(self, effect)
+
+    def _publish(self, effect: Publish) -> None:
+        try:
+            self._publish_send.send_nowait((effect.topic, effect.data))
+        except trio.WouldBlock:
+            self.counters["publish-queue-full"] += 1
+
+    def _subscribe(self, effect: Subscribe) -> None:
+        self.nursery.start_soon(self.host.subscribe, effect.topic)
+
+    def _unsubscribe(self, effect: Unsubscribe) -> None:
+        self.nursery.start_soon(self.host.unsubscribe, effect.topic)
+
+    def _send_request(self, effect: SendRequest) -> None:
+        self.nursery.start_soon(self._request, effect)
+
+    def _respond(self, effect: Respond) -> None:
+        slot = self._replies.get(effect.request_id)
+        if slot is not None:
+            slot.value = effect
+            slot.event.set()
+
+    def _command_result(self, effect: CommandResult) -> None:
+        slot = self._commands.get(effect.command_id)
+        if slot is not None:
+            slot.value = effect
+            slot.event.set()
+
+    def _dial_effect(self, effect: Dial) -> None:
+        self.nursery.start_soon(self._dial, effect)
+
+    def _ban(self, effect: Ban) -> None:
+        self.banned.add(effect.peer)
+        self.log("ban", peer=effect.peer, reason=effect.reason)
+        self.nursery.start_soon(self.host.disconnect, effect.peer)
+
+    def _disconnect(self, effect: Disconnect) -> None:
+        self.nursery.start_soon(self.host.disconnect, effect.peer)
+
+    def _run_job(self, effect: RunJob) -> None:
+        runner = self.check_runner if effect.kind == jobs.VERIFY and self.check_runner else self.job_runner
+        if runner is None:
+            self.counters["job-without-runner"] += 1
+        else:
+            runner.submit(effect)
+
+    def _read_piece(self, shard: bytes, offset: int, length: int, digest: bytes) -> bytes | None:
+        return None if self.shards is None else self.shards.get_piece(shard, digest, offset, length)
+
+    def _respond_shard(self, effect: RespondShard) -> None:
+        slot = self._replies.get(effect.request_id)
+        if slot is None:  # the asker's handler gave up waiting: nothing will be written
+            self.nursery.start_soon(self._feed_later, ShardSent(effect.request_id))
             return
-        if isinstance(effect, Publish):
-            try:
-                self._publish_send.send_nowait((effect.topic, effect.data))
-            except trio.WouldBlock:
-                self.counters["publish-queue-full"] += 1
-        elif isinstance(effect, Subscribe):
-            self.nursery.start_soon(self.host.subscribe, effect.topic)
-        elif isinstance(effect, Unsubscribe):
-            self.nursery.start_soon(self.host.unsubscribe, effect.topic)
-        elif isinstance(effect, SendRequest):
-            self.nursery.start_soon(self._request, effect)
-        elif isinstance(effect, Respond):
-            slot = self._replies.get(effect.request_id)
-            if slot is not None:
-                slot.value = effect
-                slot.event.set()
-        elif isinstance(effect, CommandResult):
-            slot = self._commands.get(effect.command_id)
-            if slot is not None:
-                slot.value = effect
-                slot.event.set()
-        elif isinstance(effect, Dial):
-            self.nursery.start_soon(self._dial, effect)
-        elif isinstance(effect, Ban):
-            self.banned.add(effect.peer)
-            self.log("ban", peer=effect.peer, reason=effect.reason)
-            self.nursery.start_soon(self.host.disconnect, effect.peer)
-        elif isinstance(effect, Disconnect):
-            self.nursery.start_soon(self.host.disconnect, effect.peer)
-        elif isinstance(effect, RunJob):
-            runner = self.check_runner if effect.kind == jobs.VERIFY and self.check_runner else self.job_runner
-            if runner is None:
-                self.counters["job-without-runner"] += 1
-            else:
-                runner.submit(effect)
-        elif isinstance(effect, RespondShard):
-            slot = self._replies.get(effect.request_id)
-            if slot is not None:
-                data = effect.data  # a piece of a shard still being fetched, checked when it came
-                if data is None and self.shards is not None:
-                    data = self.shards.get_piece(effect.shard, effect.digest, effect.offset, effect.length)
-                slot.value = Respond(effect.request_id, PIECE_OK + data) if data is not None else Respond(
-                    effect.request_id, error="not-found")
-                self.counters["pieces-served" if data is not None else "pieces-missing"] += 1
-                slot.owes_sent = True  # handle_request tells the core once the answer is written
-                slot.event.set()
-            else:  # the asker's handler gave up waiting: nothing will be written
-                self.nursery.start_soon(self._feed_later, ShardSent(effect.request_id))
-        elif isinstance(effect, StoreShard):
-            if self.shards is None or not self.shards.put(effect.digest, effect.data):
-                self.counters["shard-not-stored"] += 1
-        elif isinstance(effect, CheckShards):
-            present = self.shards.present(effect.digests) if self.shards is not None else frozenset()
-            self.nursery.start_soon(self._feed_later, ShardsPresent(effect.root, present))
-        elif isinstance(effect, KeepShards):
-            if self.shards is not None:
-                self.nursery.start_soon(trio.to_thread.run_sync, self.shards.gc, effect.keep)
-        elif isinstance(effect, DropBlobs):
-            if self.blobs is not None:
-                self.nursery.start_soon(trio.to_thread.run_sync, self.blobs.drop, effect.digests)
-        elif isinstance(effect, StoreBlob):
-            if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
-                self.counters["blob-not-stored"] += 1
-        elif isinstance(effect, Emit):
-            self.log(effect.event, **effect.fields)
-            if self.records is not None:
-                self.records.append(self.now(), effect.event, effect.fields)
+        data, error = shardwire.piece_answer(effect, self._read_piece)
+        slot.value = Respond(effect.request_id, data, error)  # framed by handle_request
+        self.counters["pieces-served" if error is None else "pieces-missing"] += 1
+        slot.owes_sent = True  # handle_request tells the core once the answer is written
+        slot.event.set()
+
+    def _store_shard(self, effect: StoreShard) -> None:
+        if self.shards is None or not self.shards.put(effect.digest, effect.data):
+            self.counters["shard-not-stored"] += 1
+
+    def _check_shards(self, effect: CheckShards) -> None:
+        present = self.shards.present(effect.digests) if self.shards is not None else frozenset()
+        self.nursery.start_soon(self._feed_later, ShardsPresent(effect.root, present))
+
+    def _keep_shards(self, effect: KeepShards) -> None:
+        if self.shards is not None:
+            self.nursery.start_soon(trio.to_thread.run_sync, self.shards.gc, effect.keep)
+
+    def _drop_blobs(self, effect: DropBlobs) -> None:
+        if self.blobs is not None:
+            self.nursery.start_soon(trio.to_thread.run_sync, self.blobs.drop, effect.digests)
+
+    def _store_blob(self, effect: StoreBlob) -> None:
+        if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
+            self.counters["blob-not-stored"] += 1
+
+    def _emit(self, effect: Emit) -> None:
+        self.log(effect.event, **effect.fields)
+        if self.records is not None:
+            self.records.append(self.now(), effect.event, effect.fields)
+
+    def _verdict(self, effect: MessageVerdict) -> None:
+        pass  # `validate` reads it from feed's result: gossipsub forwards what the core accepts
+
+    EFFECT_HANDLERS = {
+        MessageVerdict: _verdict, Publish: _publish, Subscribe: _subscribe, Unsubscribe: _unsubscribe,
+        SendRequest: _send_request, Respond: _respond, CommandResult: _command_result, Dial: _dial_effect,
+        Ban: _ban, Disconnect: _disconnect, RunJob: _run_job, RespondShard: _respond_shard,
+        StoreShard: _store_shard, CheckShards: _check_shards, KeepShards: _keep_shards, DropBlobs: _drop_blobs,
+        StoreBlob: _store_blob, Emit: _emit,
+    }
+    """Effect class -> handler(driver, effect), built once; an effect missing here is an error, never dropped."""
 
     async def _feed_later(self, inp) -> None:
         self.feed(inp)  # an answer the core asked for, fed after its current effects are carried out
@@ -205,7 +238,7 @@ class CoreDriver:
         try:
             data = await self.host.request(req.peer, req.protocol, req.data, timeout=req.timeout)
             if req.protocol == protocols.SHARD:
-                data, error = decode_response(data)
+                data, error = shardwire.decode_answer(data)
                 if error is not None:
                     self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, error=error))
                     return

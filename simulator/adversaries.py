@@ -43,7 +43,7 @@ A scenario naming a kind whose role its group lacks is refused with that reason.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import msgpack
 
@@ -53,9 +53,37 @@ from gossip.messages import Probe
 from swarm.rng import Rng
 
 if TYPE_CHECKING:
-    from simulator.sim import Node, Simulation
+    from simulator.sim import Node
 
 PLANNED: dict[str, str] = {}  # kinds named by the issues that cannot run yet, and what they wait for
+
+
+class World(Protocol):
+    """All a behaviour may see of and do to the simulation (simulator/actions.py implements it)."""
+
+    def now(self) -> float: ...  # virtual seconds since the start
+
+    def after(self, delay: float, fn: Callable, *args) -> None: ...  # run fn(*args) `delay` s from now
+
+    def attacks_allowed(self) -> bool: ...  # false in the scenario's settle time
+
+    def rng_for(self, node: "Node") -> Rng: ...
+
+    def core_now(self, node: "Node") -> float: ...  # the clock node's core reads
+
+    def neighbours(self, i: int) -> list[int]: ...  # peers linked to peer i, in order
+
+    def public_key(self, i: int) -> bytes: ...
+
+    def is_up(self, i: int) -> bool: ...
+
+    def live_honest(self) -> list[int]: ...
+
+    def attack(self, node: "Node", topic: str, data: bytes) -> None: ...  # raw gossip to all its links
+
+    def withhold(self, i: int) -> None: ...  # peer i's router relays nothing
+
+    def dial(self, i: int, j: int) -> None: ...
 
 
 class Behaviour:
@@ -71,51 +99,51 @@ class Behaviour:
         self.group = group
 
     # hooks, called by the simulation
-    def start(self, sim: "Simulation", node: "Node") -> None:
+    def start(self, world: "World", node: "Node") -> None:
         rate = self.params.get("rate")
         if rate:
-            self._every(sim, node, 1.0 / rate)
+            self._every(world, node, 1.0 / rate)
 
-    def on_accepted(self, sim: "Simulation", node: "Node", topic: str, data: bytes) -> None:
+    def on_accepted(self, world: "World", node: "Node", topic: str, data: bytes) -> None:
         pass
 
-    def act(self, sim: "Simulation", node: "Node") -> None:
+    def act(self, world: "World", node: "Node") -> None:
         pass
 
-    def serve_shard(self, sim: "Simulation", node: "Node", data: bytes) -> tuple[bytes, str | None]:
+    def serve_shard(self, world: "World", node: "Node", data: bytes) -> tuple[bytes, str | None]:
         """The answer to a shard request this peer's core agreed to serve: (bytes, error)."""
         return data, None
 
-    def _every(self, sim: "Simulation", node: "Node", interval: float, first: float | None = None) -> None:
-        sim.loop.after(interval if first is None else first, self._tick, sim, node, node.incarnation, interval)
+    def _every(self, world: "World", node: "Node", interval: float, first: float | None = None) -> None:
+        world.after(interval if first is None else first, self._tick, world, node, node.incarnation, interval)
 
-    def _tick(self, sim: "Simulation", node: "Node", incarnation: int, interval: float) -> None:
+    def _tick(self, world: "World", node: "Node", incarnation: int, interval: float) -> None:
         if not node.up or node.incarnation != incarnation:
             return
-        if sim.attacks_allowed():
-            self.act(sim, node)
-        sim.loop.after(interval, self._tick, sim, node, incarnation, interval)
+        if world.attacks_allowed():
+            self.act(world, node)
+        world.after(interval, self._tick, world, node, incarnation, interval)
 
 
-def _probe(sim: "Simulation", node: "Node", size: int) -> Probe:
+def _probe(world: "World", node: "Node", size: int) -> Probe:
     node.attack_seq += 1
-    return Probe(seq=node.attack_seq, sent_at=sim.core_now(node), payload=bytes(size))
+    return Probe(seq=node.attack_seq, sent_at=world.core_now(node), payload=bytes(size))
 
 
 class ForgedSignature(Behaviour):
     kind = "forged-signature"
     PARAMS = {"rate": (float, 0.01, 1000, 1.0)}
 
-    def act(self, sim, node):
-        victims = sorted(sim.router.conns[node.index])
+    def act(self, world, node):
+        victims = world.neighbours(node.index)
         if not victims:
             return
-        victim = sim.nodes[sim.rng_for(node).choice(victims)]
-        body = _probe(sim, node, 32).body_bytes()
+        victim = world.rng_for(node).choice(victims)
+        body = _probe(world, node, 32).body_bytes()
         sig = node.identity.sign(b"forged" + body)  # a signature, but not by the named signer over this body
-        wire = msgpack.packb({"v": VERSION, "kind": "probe", "body": body, "signer": victim.identity.public_key,
+        wire = msgpack.packb({"v": VERSION, "kind": "probe", "body": body, "signer": world.public_key(victim),
                               "sig": sig}, use_bin_type=True)
-        sim.attack(node, topics.PROBE, wire)
+        world.attack(node, topics.PROBE, wire)
 
 
 class Replay(Behaviour):
@@ -131,23 +159,23 @@ class Replay(Behaviour):
 
         self._next_store = 0.0
 
-    def on_accepted(self, sim, node, topic, data):
+    def on_accepted(self, world, node, topic, data):
         # Keep about `rate` messages per second, so the store spans keep/rate seconds of history
         # whatever the traffic (a burst of spam would otherwise flush every old message out).
-        now = sim.loop.now
+        now = world.now()
         if now >= self._next_store:
             self._next_store = now + 1.0 / self.params["rate"]
             self.store.append((now, topic, data))
 
-    def act(self, sim, node):
-        now = sim.loop.now
+    def act(self, world, node):
+        now = world.now()
         lo, hi = now - self.params["max_age"], now - self.params["min_age"]
         while self.store and self.store[0][0] < lo:
             self.store.popleft()
         ripe = [item for item in self.store if item[0] <= hi]
         if ripe:
-            _, topic, data = sim.rng_for(node).choice(ripe)
-            sim.attack(node, topic, data)
+            _, topic, data = world.rng_for(node).choice(ripe)
+            world.attack(node, topic, data)
 
 
 class Spam(Behaviour):
@@ -155,22 +183,22 @@ class Spam(Behaviour):
     PARAMS = {"rate": (float, 1, 100_000, 500.0), "burst": (float, 0.1, 3600, 3.0),
               "every": (float, 1, 86400, 60.0), "size": (int, 0, 60_000, 256)}
 
-    def start(self, sim, node):
-        first = self.group.shared_start(sim, node, self.params["every"])
-        sim.loop.after(first, self._burst, sim, node, node.incarnation)
+    def start(self, world, node):
+        first = self.group.shared_start(world, node, self.params["every"])
+        world.after(first, self._burst, world, node, node.incarnation)
 
-    def _burst(self, sim, node, incarnation):
+    def _burst(self, world, node, incarnation):
         if not node.up or node.incarnation != incarnation:
             return
-        if sim.attacks_allowed():
+        if world.attacks_allowed():
             n = int(self.params["rate"] * self.params["burst"])
             for k in range(n):
-                sim.loop.after(k / self.params["rate"], self._one, sim, node, incarnation)
-        sim.loop.after(self.params["every"], self._burst, sim, node, incarnation)
+                world.after(k / self.params["rate"], self._one, world, node, incarnation)
+        world.after(self.params["every"], self._burst, world, node, incarnation)
 
-    def _one(self, sim, node, incarnation):
+    def _one(self, world, node, incarnation):
         if node.up and node.incarnation == incarnation:
-            sim.attack(node, topics.PROBE, seal(node.identity, _probe(sim, node, self.params["size"])).wire)
+            world.attack(node, topics.PROBE, seal(node.identity, _probe(world, node, self.params["size"])).wire)
 
     def is_detectable(self, sender_rate: float, sender_burst: float) -> bool:
         """Only bursts that overflow the core's per-signer token bucket get rate-limited (and banned)."""
@@ -190,20 +218,20 @@ class Oversized(Behaviour):
     kind = "oversized"
     PARAMS = {"rate": (float, 0.01, 100, 0.5)}
 
-    def act(self, sim, node):
+    def act(self, world, node):
         # Distinct bytes each time: identical ones would be dropped by gossipsub's seen-cache.
         node.attack_seq += 1
-        sim.attack(node, topics.PROBE, b"\x81" + node.attack_seq.to_bytes(8, "big") + bytes(MAX_ENVELOPE - 8))
+        world.attack(node, topics.PROBE, b"\x81" + node.attack_seq.to_bytes(8, "big") + bytes(MAX_ENVELOPE - 8))
 
 
 class Malformed(Behaviour):
     kind = "malformed"
     PARAMS = {"rate": (float, 0.01, 1000, 1.0), "size": (int, 1, 60_000, 200)}
 
-    def act(self, sim, node):
-        rng = sim.rng_for(node)
+    def act(self, world, node):
+        rng = world.rng_for(node)
         # 0xc1 is never valid msgpack: the bytes fail to decode whatever follows.
-        sim.attack(node, topics.PROBE, b"\xc1" + bytes(rng.randrange(256) for _ in range(self.params["size"] - 1)))
+        world.attack(node, topics.PROBE, b"\xc1" + bytes(rng.randrange(256) for _ in range(self.params["size"] - 1)))
 
 
 class SybilEclipse(Behaviour):
@@ -211,14 +239,14 @@ class SybilEclipse(Behaviour):
     detectable = False
     PARAMS = {"redial_every": (float, 1, 3600, 10.0)}
 
-    def start(self, sim, node):
-        sim.router.withhold[node.index] = True
-        self._every(sim, node, self.params["redial_every"], first=0.5)
+    def start(self, world, node):
+        world.withhold(node.index)
+        self._every(world, node, self.params["redial_every"], first=0.5)
 
-    def act(self, sim, node):
-        victim = self.group.victim(sim)
-        if victim is not None and victim not in sim.router.conns[node.index]:
-            sim.dial(node.index, victim)
+    def act(self, world, node):
+        victim = self.group.victim(world)
+        if victim is not None and victim not in world.neighbours(node.index):
+            world.dial(node.index, victim)
 
 
 class RolloutCheat(Behaviour):
@@ -262,8 +290,8 @@ class CorruptedShards(Behaviour):
     kind = "corrupted-shards"
     detectable = False
 
-    def serve_shard(self, sim, node, data):
-        if not sim.attacks_allowed():
+    def serve_shard(self, world, node, data):
+        if not world.attacks_allowed():
             return data, None
         return bytes([data[0] ^ 0xFF]) + data[1:], None  # same length, wrong hash
 
@@ -272,8 +300,8 @@ class WithheldShards(Behaviour):
     kind = "withheld-shards"
     detectable = False
 
-    def serve_shard(self, sim, node, data):
-        return (data, None) if not sim.attacks_allowed() else (b"", "not-found")
+    def serve_shard(self, world, node, data):
+        return (data, None) if not world.attacks_allowed() else (b"", "not-found")
 
 
 KINDS: dict[str, type[Behaviour]] = {cls.kind: cls for cls in
@@ -291,18 +319,18 @@ class GroupController:
         self._start: float | None = None
         self._victim: int | None = None
 
-    def shared_start(self, sim: "Simulation", node: "Node", every: float) -> float:
+    def shared_start(self, world: "World", node: "Node", every: float) -> float:
         """Delay until the group's next common burst (members joining later fall into step)."""
         if self._start is None:
-            self._start = sim.loop.now + 5.0 + self.rng.uniform(0, every)
-        now = sim.loop.now
+            self._start = world.now() + 5.0 + self.rng.uniform(0, every)
+        now = world.now()
         if self._start >= now:
             return self._start - now
         return every - ((now - self._start) % every)
 
-    def victim(self, sim: "Simulation") -> int | None:
-        if self._victim is None or not sim.nodes[self._victim].up:
-            honest = sim.live_honest()
+    def victim(self, world: "World") -> int | None:
+        if self._victim is None or not world.is_up(self._victim):
+            honest = world.live_honest()
             self._victim = honest[0] if honest else None
         return self._victim
 

@@ -83,7 +83,7 @@ class Churn:
         if s.churn.crash_rate > 0:
             loop.at(60.0, self._crash_round)
         for t in s.tasks:
-            loop.at(t.at, self.sim.announce_task, t.by, t.name, t.model, t.env, t.ttl, t)
+            loop.at(t.at, self.sim.actions.announce_task, t.by, t.name, t.model, t.env, t.ttl, t)
         if s.workload.probe_rate > 0:
             loop.at(s.workload.probe_start, self._probe)
 
@@ -137,17 +137,17 @@ class Churn:
         for i in minority:
             for j in sorted(sim.router.conns[i]):
                 if not sim.net.reachable(i, j):
-                    sim._close(i, j, "partition")
+                    sim.links.close(i, j, "partition")
 
     def _heal(self) -> None:
         self.sim.net.set_partition(None)
         self.sim.trace.record(self.sim.loop.now, -1, "heal", {})
         for i in sorted(self.sim.live):
             if not self.sim.router.conns[i]:
-                self.sim._bootstrap(i)
+                self.sim.links.bootstrap(i)
 
     def _probe(self) -> None:
         sim = self.sim
-        sim.probe(self.s.workload.probe_size)
+        sim.actions.probe(self.s.workload.probe_size)
         rate = self.s.workload.probe_rate
         sim.loop.after(self.rng.uniform(0.5, 1.5) / rate, self._probe)

@@ -35,7 +35,7 @@ from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, 
 from swarm.pieces import Layout
 from swarm.rng import Rng, stable_seed
 
-REQUEST_BYTES = 36 + 200  # the request plus stream overhead (like simulator/sim.py's STREAM_OVERHEAD)
+REQUEST_BYTES = 36 + 200  # the request plus stream overhead (like simulator/streams.py's STREAM_OVERHEAD)
 
 
 @dataclass(frozen=True)

@@ -258,3 +258,7 @@ class CommandResult:
 
 Effect = (MessageVerdict | Publish | Subscribe | Unsubscribe | SendRequest | Respond | Dial | Disconnect | Ban
           | RunJob | StoreBlob | DropBlobs | StoreShard | RespondShard | CheckShards | KeepShards | Emit | CommandResult)
+
+ALL_EFFECTS = (MessageVerdict, Publish, Subscribe, Unsubscribe, SendRequest, Respond, Dial, Disconnect, Ban, RunJob,
+               StoreBlob, DropBlobs, StoreShard, RespondShard, CheckShards, KeepShards, Emit, CommandResult)
+"""Every effect class: each runtime's dispatch table has a handler for each (tests/test_effect_handlers.py)."""

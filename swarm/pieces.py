@@ -1,4 +1,4 @@
-"""Where a version's pieces lie, and how pieces are asked for and answered on `/swarm/shard/2`.
+"""Where a version's pieces lie (their bytes on `/swarm/shard/2`: swarm/shardwire.py).
 
 A version's compressed stream is cut twice (trainer/weights): into shards of `shard_size` bytes, the
 unit a peer stores, names on disk and unpacks, and into pieces of `piece_size` bytes (a divisor of
@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gossip import errors
-
-ROOT = 32
-REQUEST_SIZE = ROOT + 4  # root, then the piece index as 4 big-endian bytes
+# The request and answer bytes live in swarm/shardwire.py; re-exported for the callers that read them here.
+from swarm.shardwire import decode_request, encode_request  # noqa: F401
 DEFAULT_PIECE_SIZE = 256 * 1024  # the trainer's pack, the simulator's and the benchmarks' (task param piece_size)
 
 
@@ -75,37 +73,6 @@ class Layout:
     def shard_mask(self, shard: int) -> int:
         r = self.pieces_of(shard)
         return ((1 << len(r)) - 1) << r.start
-
-
-def encode_request(root: bytes, index: int) -> bytes:
-    return bytes(root) + index.to_bytes(4, "big")
-
-
-def decode_request(data: bytes) -> tuple[bytes, int]:
-    """(root, piece index); raises Rejected(MALFORMED) for anything but exactly 36 bytes."""
-    if len(data) != REQUEST_SIZE:
-        raise errors.Rejected(errors.MALFORMED, f"piece request of {len(data)} bytes, expected {REQUEST_SIZE}")
-    return bytes(data[:ROOT]), int.from_bytes(data[ROOT:], "big")
-
-
-# On the wire (node/driver.py), an answer is PIECE_OK then the piece, or PIECE_ERROR then a reason: in
-# band, so "busy" and "not-found" reach the asker (a stream reset says nothing). The core sees the
-# piece as `ResponseReceived.data` and the reason as `.error`.
-PIECE_OK = b"\x00"
-PIECE_ERROR = b"\x01"
-
-
-def encode_error(why: str) -> bytes:
-    return PIECE_ERROR + why.encode()[:64]
-
-
-def decode_response(data: bytes) -> tuple[bytes, str | None]:
-    """(piece bytes, None) or (b"", the server's reason); anything else is a malformed answer."""
-    if data[:1] == PIECE_OK:
-        return data[1:], None
-    if data[:1] == PIECE_ERROR:
-        return b"", data[1:65].decode("ascii", "replace") or "error"
-    return b"", "malformed answer"
 
 
 def bitmap_of(mask: int, n: int) -> bytes:

@@ -32,7 +32,7 @@ def test_rejected_messages_are_not_forwarded():
     attacker = 0
     neighbours = sorted(sim.router.conns[attacker])
     garbage = b"\xc1 not an envelope"
-    sim.attack(sim.nodes[attacker], topics.PROBE, garbage)
+    sim.actions.attack(sim.nodes[attacker], topics.PROBE, garbage)
     sim.loop.run(30.0)
     from simulator.gossip_model import message_id
     msg = sim.router.msgs[message_id(garbage)]
@@ -112,7 +112,7 @@ def test_frames_on_the_wire_when_a_link_closes(closer, reason, delivered):
     assert sim.router.conns[0] == {1} and sim.net.one_way(0, 1) > 0.01
     sim.command(0, "probe", {"size": 100})
     sim.loop.run(20.001)
-    sim._close(closer, 1 - closer, reason)
+    sim.links.close(closer, 1 - closer, reason)
     sim.loop.run(25.0)
     probe = next(m for m in sim.router.msgs.values() if m.topic == topics.PROBE)
     assert (1 in probe.seen) is delivered

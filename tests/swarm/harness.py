@@ -11,8 +11,8 @@ import hashlib
 from collections import deque
 
 from swarm.core import PeerCore
-from swarm import protocols
-from swarm.io import (Ban, CheckShards, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, KeepShards,
+from swarm import protocols, shardwire
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, KeepShards,
                       MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
                       Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent,
                       Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
@@ -64,6 +64,7 @@ class MemoryNet:
         self.down: set[str] = set()
         self.gossip_seen: dict[str, set[bytes]] = {p: set() for p in self.cores}
         self.events: list[tuple[str, Emit]] = []
+        self.command_results: list[tuple[str, CommandResult]] = []
         self.verdicts: list[tuple[str, MessageVerdict]] = []
         self._pending: deque = deque()
         self._requests: dict[tuple[str, int], tuple[str, int, str]] = {}  # (server, server_rid) -> (client, rid, proto)
@@ -142,84 +143,115 @@ class MemoryNet:
                 self._pending.append((other, MessageReceived(topic, data, sender)))
 
     def _carry_out(self, peer: str, inp, effect) -> None:
-        if isinstance(effect, Publish):
-            self._gossip(peer, effect.topic, effect.data)
-        elif isinstance(effect, MessageVerdict):
-            self.verdicts.append((peer, effect))
-            if effect.accepted and isinstance(inp, MessageReceived):
-                self._gossip(peer, inp.topic, inp.data)
-        elif isinstance(effect, Subscribe):
-            self.subs[peer].add(effect.topic)
-        elif isinstance(effect, Unsubscribe):
-            self.subs[peer].discard(effect.topic)
-        elif isinstance(effect, Dial):
-            if effect.peer in self.cores and effect.peer not in self.down:
-                self.connect(peer, effect.peer)
+        handler = self.EFFECT_HANDLERS.get(type(effect))
+        if handler is None:
+            raise TypeError(f"MemoryNet has no handler for effect {type(effect).__name__}")
+        handler(self, peer, inp, effect)
+
+    def _publish(self, peer: str, inp, effect: Publish) -> None:
+        self._gossip(peer, effect.topic, effect.data)
+
+    def _verdict(self, peer: str, inp, effect: MessageVerdict) -> None:
+        self.verdicts.append((peer, effect))
+        if effect.accepted and isinstance(inp, MessageReceived):
+            self._gossip(peer, inp.topic, inp.data)
+
+    def _subscribe(self, peer: str, inp, effect: Subscribe) -> None:
+        self.subs[peer].add(effect.topic)
+
+    def _unsubscribe(self, peer: str, inp, effect: Unsubscribe) -> None:
+        self.subs[peer].discard(effect.topic)
+
+    def _dial(self, peer: str, inp, effect: Dial) -> None:
+        if effect.peer in self.cores and effect.peer not in self.down:
+            self.connect(peer, effect.peer)
+        else:
+            self._pending.append((peer, DialFailed(effect.peer, "unreachable")))
+
+    def _disconnect(self, peer: str, inp, effect: Disconnect | Ban) -> None:
+        self.disconnect(peer, effect.peer)
+
+    def _store_blob(self, peer: str, inp, effect: StoreBlob) -> None:
+        self.blobs[peer][effect.digest] = effect.data
+
+    def _store_shard(self, peer: str, inp, effect: StoreShard) -> None:
+        assert hashlib.blake2b(effect.data, digest_size=32).digest() == effect.digest, "unverified shard stored"
+        self.shards[peer][effect.digest] = effect.data
+
+    def _check_shards(self, peer: str, inp, effect: CheckShards) -> None:
+        held = frozenset(d for d in effect.digests if d in self.shards[peer])
+        self._pending.append((peer, ShardsPresent(effect.root, held)))
+
+    def _drop_blobs(self, peer: str, inp, effect: DropBlobs) -> None:
+        for digest in effect.digests:
+            self.blobs[peer].pop(digest, None)
+            self.dropped_blobs.append((peer, digest))
+
+    def _keep_shards(self, peer: str, inp, effect: KeepShards) -> None:
+        for digest in [d for d in self.shards[peer] if d not in effect.keep]:
+            del self.shards[peer][digest]
+
+    def _read_piece(self, peer: str, shard_digest: bytes, offset: int, length: int, digest: bytes) -> bytes | None:
+        shard = self.shards[peer].get(shard_digest)
+        data = None if shard is None else shard[offset:offset + length]
+        if self.check_reads and data is not None and hashlib.blake2b(data, digest_size=32).digest() != digest:
+            return None  # what node/shardstore.py's get_piece does with a rotten file
+        return data
+
+    def _respond_shard(self, peer: str, inp, effect: RespondShard) -> None:
+        client, rid, proto = self._requests.pop((peer, effect.request_id))
+        data, error = shardwire.piece_answer(effect, lambda *read: self._read_piece(peer, *read))
+        if self.serve_hook is not None:
+            data = self.serve_hook(peer, effect.digest, None if error else data)
+            if data is Ellipsis:  # the server never answers (the client's own timeout fires)
+                return
+            data, error = (data, None) if data is not None else (b"", shardwire.NOT_FOUND)
+        self._pending.append((client, ResponseReceived(peer, proto, rid, data, error)))
+        self._pending.append((peer, ShardSent(effect.request_id)))
+
+    def _run_job(self, peer: str, inp, effect: RunJob) -> None:
+        self.jobs_run.append((peer, effect))
+        if self.jobs is not None:
+            if effect.kind == "unpack":  # the follower's job: done here, from this peer's own shards
+                ok, result, error, produced = fake_unpack(self.shards[peer], effect)
             else:
-                self._pending.append((peer, DialFailed(effect.peer, "unreachable")))
-        elif isinstance(effect, (Disconnect, Ban)):
-            self.disconnect(peer, effect.peer)
-        elif isinstance(effect, StoreBlob):
-            self.blobs[peer][effect.digest] = effect.data
-        elif isinstance(effect, StoreShard):
-            assert hashlib.blake2b(effect.data, digest_size=32).digest() == effect.digest, "unverified shard stored"
-            self.shards[peer][effect.digest] = effect.data
-        elif isinstance(effect, CheckShards):
-            held = frozenset(d for d in effect.digests if d in self.shards[peer])
-            self._pending.append((peer, ShardsPresent(effect.root, held)))
-        elif isinstance(effect, DropBlobs):
-            for digest in effect.digests:
-                self.blobs[peer].pop(digest, None)
-                self.dropped_blobs.append((peer, digest))
-        elif isinstance(effect, KeepShards):
-            for digest in [d for d in self.shards[peer] if d not in effect.keep]:
-                del self.shards[peer][digest]
-        elif isinstance(effect, RespondShard):
-            client, rid, proto = self._requests.pop((peer, effect.request_id))
-            data = effect.data  # a piece of a shard still being fetched (checked when it came)
-            if data is None:
-                shard = self.shards[peer].get(effect.shard)
-                data = None if shard is None else shard[effect.offset:effect.offset + effect.length]
-                if (self.check_reads and data is not None
-                        and hashlib.blake2b(data, digest_size=32).digest() != effect.digest):
-                    data = None  # what node/shardstore.py's get_piece does with a rotten file
-            if self.serve_hook is not None:
-                data = self.serve_hook(peer, effect.digest, data)
-                if data is Ellipsis:  # the server never answers (the client's own timeout fires)
-                    return
-            self._pending.append((client, ResponseReceived(peer, proto, rid, data or b"",
-                                                           None if data is not None else "not-found")))
-            self._pending.append((peer, ShardSent(effect.request_id)))
-        elif isinstance(effect, RunJob):
-            self.jobs_run.append((peer, effect))
-            if self.jobs is not None:
-                if effect.kind == "unpack":  # the follower's job: done here, from this peer's own shards
-                    ok, result, error, produced = fake_unpack(self.shards[peer], effect)
-                else:
-                    ok, result, error, produced = self.jobs(peer, effect)
-                self.blobs[peer].update(produced)
-                self.shards[peer].update(produced)  # a job writes shards to the store (trainer packing)
-                self._delayed.append((self.now + self.job_seconds, len(self.jobs_run), peer,
-                                      JobFinished(effect.job_id, ok, result, error)))
-        elif isinstance(effect, SendRequest) and effect.protocol == protocols.BLOB:
-            # Blobs are served by the runtime from its store, not by the core.
+                ok, result, error, produced = self.jobs(peer, effect)
+            self.blobs[peer].update(produced)
+            self.shards[peer].update(produced)  # a job writes shards to the store (trainer packing)
+            self._delayed.append((self.now + self.job_seconds, len(self.jobs_run), peer,
+                                  JobFinished(effect.job_id, ok, result, error)))
+
+    def _send_request(self, peer: str, inp, effect: SendRequest) -> None:
+        if effect.protocol == protocols.BLOB:  # blobs are served by the runtime from its store, not by the core
             held = self.blobs.get(effect.peer, {}).get(effect.data)
             linked = frozenset((peer, effect.peer)) in self.links and effect.peer not in self.down
             self._pending.append((peer, ResponseReceived(effect.peer, effect.protocol, effect.request_id,
                                                          held or b"", None if held and linked else "not-found")))
-        elif isinstance(effect, SendRequest):
-            if frozenset((peer, effect.peer)) in self.links and effect.peer not in self.down:
-                self._server_rid += 1
-                self._requests[(effect.peer, self._server_rid)] = (peer, effect.request_id, effect.protocol)
-                self._pending.append((effect.peer, RequestReceived(peer, effect.protocol, self._server_rid, effect.data)))
-            else:
-                self._pending.append((peer, ResponseReceived(effect.peer, effect.protocol, effect.request_id,
-                                                             error="not connected")))
-        elif isinstance(effect, Respond):
-            client, rid, proto = self._requests.pop((peer, effect.request_id))
-            self._pending.append((client, ResponseReceived(peer, proto, rid, effect.data, effect.error)))
-        elif isinstance(effect, Emit):
-            self.events.append((peer, effect))
+        elif frozenset((peer, effect.peer)) in self.links and effect.peer not in self.down:
+            self._server_rid += 1
+            self._requests[(effect.peer, self._server_rid)] = (peer, effect.request_id, effect.protocol)
+            self._pending.append((effect.peer, RequestReceived(peer, effect.protocol, self._server_rid, effect.data)))
+        else:
+            self._pending.append((peer, ResponseReceived(effect.peer, effect.protocol, effect.request_id,
+                                                         error="not connected")))
+
+    def _respond(self, peer: str, inp, effect: Respond) -> None:
+        client, rid, proto = self._requests.pop((peer, effect.request_id))
+        self._pending.append((client, ResponseReceived(peer, proto, rid, effect.data, effect.error)))
+
+    def _emit(self, peer: str, inp, effect: Emit) -> None:
+        self.events.append((peer, effect))
+
+    def _command_result(self, peer: str, inp, effect: CommandResult) -> None:
+        self.command_results.append((peer, effect))
+
+    EFFECT_HANDLERS = {
+        Publish: _publish, MessageVerdict: _verdict, Subscribe: _subscribe, Unsubscribe: _unsubscribe, Dial: _dial,
+        Disconnect: _disconnect, Ban: _disconnect, StoreBlob: _store_blob, StoreShard: _store_shard,
+        CheckShards: _check_shards, DropBlobs: _drop_blobs, KeepShards: _keep_shards, RespondShard: _respond_shard,
+        RunJob: _run_job, SendRequest: _send_request, Respond: _respond, Emit: _emit, CommandResult: _command_result,
+    }
+    """Effect class -> handler(net, peer, input, effect), built once; a missing effect is an error."""
 
     def run_for(self, seconds: float) -> None:
         end = self.now + seconds

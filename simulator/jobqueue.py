@@ -1,0 +1,88 @@
+"""Each peer's job slots: `RunJob` effects queue FIFO, `scenario.job_slots` run at once, and each
+finishes after the virtual time its executor says (simulator/workload.py), fed back as `JobFinished`.
+
+The executors: the roles' kinds by simulator/rolejobs.py's cost model (or for real by
+simulator/realjobs.py, on files under the simulation's workdir), any other kind a scenario names
+by a generic cost model or a real function.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator.rolejobs import ROLE_KINDS, RoleJobs
+from simulator.workload import CostModelExecutor, JobContext, JobOutcome, JobRegistry, RealExecutor, real_function
+from swarm.io import JobFinished, RunJob
+from swarm.rng import Rng, stable_seed
+
+if TYPE_CHECKING:
+    from simulator.sim import Node, Simulation
+
+
+def job_registry(sim: "Simulation") -> JobRegistry:
+    registry = JobRegistry()
+    if sim.real_jobs:  # trainer/jobs.py on real files (simulator/realjobs.py)
+        from simulator.realjobs import RealRoleJobs
+        roles = RealRoleJobs(sim.content, sim.scenario.jobs, Path(sim.workdir))
+    else:
+        roles = RoleJobs(sim.content, sim.scenario.jobs)
+    for kind in ROLE_KINDS:
+        registry.register(kind, roles.executor(kind))
+    for kind, spec in sorted(sim.scenario.jobs.items()):
+        if kind in ROLE_KINDS:
+            continue
+        cost = CostModelExecutor(spec.seconds, spec.jitter, spec.result_bytes, spec.fail_rate)
+        if spec.mode == "real":
+            registry.register(kind, RealExecutor(real_function(spec.function), cost))
+        else:
+            registry.register(kind, cost)
+    return registry
+
+
+class JobQueue:
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.registry = job_registry(sim)
+
+    def run_job(self, i: int, e: RunJob) -> None:
+        sim = self.sim
+        node = sim.nodes[i]
+        sim.trace.record(sim.loop.now, i, "job-queued", {"job": e.job_id, "kind": e.kind})
+        node.job_queue.append(e)
+        self._start_jobs(node)
+
+    def _start_jobs(self, node: "Node") -> None:
+        sim = self.sim
+        while node.job_queue and node.jobs_running < sim.scenario.job_slots:
+            job = node.job_queue.pop(0)
+            node.jobs_running += 1
+            executor = self.registry.get(job.kind)
+            if executor is None:
+                outcome = JobOutcome(0.0, False, error=f"no executor for job kind {job.kind!r}")
+            else:
+                ctx = JobContext(node.index, node.peer_id, job.job_id, job.kind, job.payload,
+                                 bool(node.behaviour and node.behaviour.forges_jobs),
+                                 Rng(stable_seed("swarm-sim", sim.seed, "job", node.index, node.incarnation, job.job_id)),
+                                 cheat=getattr(node.behaviour, "cheat", ""), store=node.store,
+                                 incarnation=node.incarnation)
+                outcome = executor.run(ctx)
+            sim.loop.after(outcome.duration, self._job_done, node, node.incarnation, job, outcome)
+
+    def _job_done(self, node: "Node", incarnation: int, job: RunJob, outcome: JobOutcome) -> None:
+        if not node.up or node.incarnation != incarnation:
+            return
+        sim = self.sim
+        node.jobs_running -= 1
+        honest = outcome.honest if outcome.honest is not None else getattr(outcome.result, "honest", None)
+        for digest in outcome.blobs:
+            node.store.add_blob(digest)
+        for digest in outcome.shards:
+            node.store.add_shard(digest, sim.loop.now)
+        if outcome.ok and job.kind in ("init", "train") and hasattr(outcome.result, "weights"):
+            node.store.published[job.payload.task.task_id] = (outcome.result.version, bytes(outcome.result.weights))
+        sim.trace.record(sim.loop.now, node.index, "job-done", {"job": job.job_id, "kind": job.kind, "ok": outcome.ok,
+                                                                "honest": honest, "error": outcome.error})
+        sim.feed(node.index, JobFinished(job.job_id, outcome.ok, outcome.result, outcome.error))
+        if node.up:
+            self._start_jobs(node)
