@@ -29,6 +29,7 @@ TOO_OLD = "too-old"  # a rollout from a policy older than the task's async windo
 CAPACITY = "capacity"  # we are full (too many tasks, say): not the sender's fault
 BAD_SHARD = "bad-shard"  # a served weight shard whose bytes do not hash to the signed manifest's hash
 TRUNCATED = "truncated"  # a served weight shard of the wrong length (cut short or padded)
+STREAM_ABUSE = "stream-abuse"  # the transport refused a peer's stream (idle, oversized, garbage frame)
 WITHHELD = "withheld"  # a peer announced a shard, then did not serve it (not-found, error or timeout)
 
 

@@ -37,6 +37,7 @@ PENALTIES: dict[str, float] = {
     errors.BAD_SHARD: 30.0,  # provable (hash against a signed manifest); two and the peer is banned
     errors.TRUNCATED: 10.0,
     errors.WITHHELD: 1.0,  # an honest peer can lose a shard (restart, gc) or time out under load
+    errors.STREAM_ABUSE: 5.0,  # one can be an accident (a request cut off by a reset link); repeats add up
     errors.CHEATED: 100.0,  # honest workers finish late sometimes
 }
 DEFAULT_PENALTY = 5.0

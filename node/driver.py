@@ -20,7 +20,7 @@ from swarm import jobs, protocols, shardwire
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
                       LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
                       RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
-                      ShardsPresent, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
+                      ShardsPresent, StoreBlob, StoreShard, StreamAbuse, Subscribe, Tick, Unsubscribe)
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
@@ -86,6 +86,10 @@ class CoreDriver:
             self.nursery.start_soon(self.host.disconnect, peer)
             return
         self.feed(PeerConnected(peer, tuple(self.host.peer_addrs(peer))) if connected else PeerDisconnected(peer))
+
+    def on_penalty(self, peer: str, reason: str) -> None:
+        """The host refused a peer's stream (node/p2p/budget.py): the ledger decides about a ban."""
+        self.feed(StreamAbuse(peer, reason))
 
     async def handle_request(self, protocol: str, peer: str, data: bytes) -> bytes:
         rid = self._new_id()

@@ -66,6 +66,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 driver.uplink = Uplink(cfg.upload_mbps)
             host.set_validator(driver.validate)
             host.on_peer_event(driver.on_peer_event)
+            host.on_penalty(driver.on_penalty)
             host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))
             host.set_request_handler(protocols.BLOB, _blob_handler(driver, blobs))
             host.set_request_handler(protocols.SHARD, lambda peer, data: driver.handle_request(protocols.SHARD, peer, data))

@@ -31,7 +31,7 @@ from swarm.context import Pending, RoleContext
 from swarm.intake import Intake
 from swarm.io import (Ban, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived, PeerConnected,
                       PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent, ShardsPresent,
-                      Started, Subscribe, Tick)
+                      Started, StreamAbuse, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
 from swarm.roles.base import Role
 from swarm.roles.mirror import LeechRole, MirrorRole
@@ -148,6 +148,8 @@ class PeerCore:
         if isinstance(inp, JobFinished):
             owner = self.pending.jobs.pop(inp.job_id, None)
             return owner[0].on_job_finished(now, owner[1], inp) if owner else []
+        if isinstance(inp, StreamAbuse):
+            return self.trust.penalise(now, inp.peer, Rejected(errors.STREAM_ABUSE, inp.reason))
         raise TypeError(f"PeerCore cannot handle {type(inp).__name__}")
 
     def is_banned(self, peer: str) -> bool:

@@ -104,8 +104,17 @@ class ShardSent:
     request_id: int
 
 
+@dataclass(frozen=True)
+class StreamAbuse:
+    """The transport caught `peer` abusing a stream budget (an idle or oversized request, a garbage
+    frame): it never reaches the core as a message, so it is reported here to cost reputation."""
+
+    peer: str
+    reason: str
+
+
 Input = (Started | MessageReceived | RequestReceived | ResponseReceived | PeerConnected | PeerDisconnected
-         | DialFailed | Tick | JobFinished | LocalCommand | ShardsPresent | ShardSent)
+         | DialFailed | Tick | JobFinished | LocalCommand | ShardsPresent | ShardSent | StreamAbuse)
 
 # ---------------------------------------------------------------- effects
 

@@ -7,7 +7,7 @@ from gossip.identity import Identity
 from gossip.messages import Probe, StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import (Ban, CommandResult, LocalCommand, MessageReceived, MessageVerdict, PeerConnected, Publish,
-                      RequestReceived, Respond, Started, Subscribe, Tick)
+                      RequestReceived, Respond, Started, StreamAbuse, Subscribe, Tick)
 from swarm.membership import MembershipConfig
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet
@@ -172,6 +172,21 @@ def test_persistent_garbage_gets_peer_banned_and_dropped():
     assert ids[1] in net.cores[ids[0]].snapshot(net.now)["banned"]
     # Nothing already accepted was lost: the honest peer is still known and alive.
     assert ids[2] in net.cores[ids[0]].snapshot(net.now)["alive"]
+
+
+def test_stream_abuse_the_transport_reports_costs_reputation_until_a_ban():
+    """Idle, oversized or garbage streams never reach the core as messages; the host reports them
+    (node/p2p/budget.py) and the ledger bans a repeat abuser, never an honest bystander."""
+    net, ids = star(3)
+    net.run_for(4)
+    first = net.deliver(ids[0], StreamAbuse(ids[1], "request_idle"))
+    assert not any(isinstance(e, Ban) for e in first), "one accident must not ban"
+    effects = []
+    for _ in range(10):
+        effects += net.deliver(ids[0], StreamAbuse(ids[1], "request_too_large"))
+    assert Ban(ids[1], "too many bad messages (stream-abuse)") in effects
+    snap = net.cores[ids[0]].snapshot(net.now)
+    assert ids[1] in snap["banned"] and ids[2] in snap["alive"]
 
 
 def test_persistent_replayer_is_banned():
