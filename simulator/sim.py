@@ -12,12 +12,12 @@ is the virtual epoch (1.8e9 s) plus simulated time plus its clock skew.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 
 from gossip.envelope import EnvelopeMemo
+from gossip.hashing import blake2b256
 from gossip.identity import Identity
 from simulator import adversaries
 from simulator.actions import Actions
@@ -137,7 +137,7 @@ class Simulation:
 
     def create_peer(self, group: PeerGroup, skew: float = 0.0) -> int:
         index = len(self.nodes)
-        seed = hashlib.blake2b(f"swarm-sim/{self.seed}/identity/{index}".encode(), digest_size=32).digest()
+        seed = blake2b256(f"swarm-sim/{self.seed}/identity/{index}".encode())
         identity = Identity(seed)
         behaviour = None
         if group.adversary:

@@ -73,7 +73,7 @@ class MembershipConfig:
     # After the first link, wait up to this long for someone's heartbeat (and the swarm size it declares)
     # before sending our first, which then declares an interval fit for the swarm instead of the
     # base-rate guess of a peer that knows nobody (and so needs a second heartbeat seconds later).
-    # 0: send at once. Worth it when many peers join together (a flash crowd, CORE_CHANGES item 8).
+    # 0: send at once. Worth it when many peers join together (a flash crowd, docs/simulator.md, core change 8).
     first_beat_wait: float = 0.0
 
 

@@ -7,10 +7,10 @@ peer re-run the same check and see for itself.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from gossip import topics
+from gossip.hashing import blake2b256
 from gossip.messages import RolloutCommitment, Verdict
 from swarm import jobs, protocols
 from swarm.io import Emit, ResponseReceived, StoreBlob
@@ -76,7 +76,7 @@ def blob_arrived(check: Check, response: ResponseReceived, now: float) -> tuple[
             check.retry_at = now + BLOB_RETRY
             return [], None
         return [], f"blob not served: {response.error}"[:120]
-    if len(response.data) != c.blob_size or hashlib.blake2b(response.data, digest_size=32).digest() != c.blob_hash:
+    if len(response.data) != c.blob_size or blake2b256(response.data) != c.blob_hash:
         return [], "blob does not match its commitment"
     check.blob_ok = True
     return [StoreBlob(c.blob_hash, response.data)], None

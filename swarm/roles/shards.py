@@ -17,7 +17,7 @@ from gossip.messages import ShardHave, WeightManifest
 from swarm import protocols
 from swarm.context import RoleContext
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
-from swarm.pieces import decode_request, encode_request
+from swarm.shardwire import decode_request, encode_request
 from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
 from swarm.roles.base import Role
 
