@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gossip import errors
+from swarm.pieceset import PieceSet
 
 ROOT = 32
 REQUEST_SIZE = ROOT + 4  # root, then the piece index as 4 big-endian bytes
@@ -72,9 +73,8 @@ class Layout:
     def length(self, piece: int) -> int:
         return min(self.piece_size, self.total - piece * self.piece_size)
 
-    def shard_mask(self, shard: int) -> int:
-        r = self.pieces_of(shard)
-        return ((1 << len(r)) - 1) << r.start
+    def shard_pieces(self, shard: int) -> PieceSet:
+        return PieceSet.span(self.pieces_of(shard))
 
 
 def encode_request(root: bytes, index: int) -> bytes:
@@ -110,27 +110,8 @@ def decode_response(data: bytes) -> tuple[bytes, str | None]:
 
 def bitmap_of(mask: int, n: int) -> bytes:
     """Bit i of byte i // 8 (least significant first) is piece i, as `ShardHave.holds` reads it."""
-    return mask.to_bytes((n + 7) // 8, "little")
+    return PieceSet.from_mask(mask).bitmap(n)
 
 
 def mask_of(bitmap: bytes, n: int) -> int:
-    return int.from_bytes(bitmap[: (n + 7) // 8], "little") & ((1 << n) - 1)
-
-
-def bits(mask: int):
-    """The indices of the set bits of `mask`, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
-def pick_bit(mask: int, n: int, rng) -> int:
-    """A set bit of `mask` (nonzero) chosen by `rng`: the first at or after a random start, wrapping.
-    One draw and a few big-int operations, whatever the number of bits (a uniform draw among the set
-    bits would enumerate them; this favours bits after gaps a little, which rarest-first does not mind)."""
-    start = rng.randrange(n)
-    high = mask >> start
-    if high:
-        return start + (high & -high).bit_length() - 1
-    return (mask & -mask).bit_length() - 1
+    return PieceSet.from_bitmap(bitmap, n).mask
