@@ -76,7 +76,7 @@ class ExchangeConfig:
     per_peer: int = 1  # requests in flight to one peer: one per source, spread over up to max_in_flight sources
     max_in_flight: int = 16  # requests in flight for one download
     open_shards: int = 64  # shards started (a piece held or asked) and not complete: their pieces wait in memory
-    # (64 MiB a version at 1 MiB shards); fewer open shards slowed the simulated swarm (bench/results/exchange-sweep.json)
+    # (64 MiB a version at 1 MiB shards); fewer slowed the simulated swarm (bench/results/exchange-sweep.json)
     timeout: float = 20.0  # one piece request (the runtime reports it; we also enforce it)
     have_interval: float = 0.1  # at most one ShardHave per download per this (and one when done): new pieces
     # are announced soon so neighbours fetch them on (pipelining). Haves go to the whole task topic, but
@@ -292,7 +292,9 @@ class ShardExchange:
     # ------------------------------------------------------------------ time
 
     def next_deadline(self) -> float | None:
-        times = [t for t in map(self.scheduler.deadline, self.downloads.values()) if t is not None]
+        times: list[float] = []
+        for d in self.downloads.values():
+            self.scheduler.deadlines(d, times)
         return min(times, default=None)
 
     def on_tick(self, now: float) -> list:

@@ -9,7 +9,7 @@ goes through a method here, so `count` and `asked` never drift from `pieces`.
 
 from __future__ import annotations
 
-from typing import Hashable, Iterable
+from typing import Hashable
 
 from swarm.pieceset import EMPTY, PieceSet
 
@@ -94,8 +94,3 @@ class InFlight:
         for key in [k for k, t in self.abandoned.items() if t <= now]:
             del self.abandoned[key]
         return expired
-
-    def deadlines(self) -> Iterable[float]:
-        for asked in self.pieces.values():
-            yield from asked.values()
-        yield from self.abandoned.values()

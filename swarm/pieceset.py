@@ -104,24 +104,34 @@ class PieceSet:
 
     def add(self, index: int) -> PieceSet:
         """This set and `index` (a new set)."""
-        return _make(self._bits | (1 << index))
+        s = _new(PieceSet)
+        _set_bits(s, self._bits | (1 << index))
+        return s
 
     def discard(self, index: int) -> PieceSet:
         """This set without `index`, whether or not it was in (a new set)."""
-        return _make(self._bits & ~(1 << index))
+        s = _new(PieceSet)
+        _set_bits(s, self._bits & ~(1 << index))
+        return s
 
     def missing(self, n: int) -> PieceSet:
         """The indices in range(n) that are not in this set."""
         return _make(((1 << n) - 1) & ~self._bits)
 
     def __or__(self, other: PieceSet) -> PieceSet:
-        return _make(self._bits | other._bits)
+        s = _new(PieceSet)
+        _set_bits(s, self._bits | other._bits)
+        return s
 
     def __and__(self, other: PieceSet) -> PieceSet:
-        return _make(self._bits & other._bits)
+        s = _new(PieceSet)
+        _set_bits(s, self._bits & other._bits)
+        return s
 
     def __sub__(self, other: PieceSet) -> PieceSet:
-        return _make(self._bits & ~other._bits)
+        s = _new(PieceSet)
+        _set_bits(s, self._bits & ~other._bits)
+        return s
 
     def __le__(self, other: PieceSet) -> bool:
         return self._bits & ~other._bits == 0

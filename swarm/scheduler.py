@@ -45,7 +45,7 @@ class Scheduler:
                 and load.get(p, 0) < cfg.per_peer]
         if not free:
             return []
-        refused = d.backoff.refused_by_peer()
+        refused = d.backoff.by_peer
         need = d.have.held.missing(d.n) - flying.asked
         if not need:
             return self._endgame(now, d, free, load, refused)
@@ -55,7 +55,9 @@ class Scheduler:
         for k in range(len(free)):
             peer = free[(start + k) % len(free)]
             for _ in range(cfg.per_peer - load.get(peer, 0)):
-                x = (holders[peer] & need) - refused.get(peer, EMPTY)
+                x = holders[peer] & need
+                if peer in refused:
+                    x = x - refused[peer]
                 if x and len(d.have.parts) + self._opening(d) >= cfg.open_shards:
                     x = x & d.have.opened  # as many shards open as memory allows: finish those first
                 if not x:
@@ -131,14 +133,18 @@ class Scheduler:
         d.backoff.expire(now)
         return expired
 
-    def deadline(self, d: Download) -> float | None:
-        """When `d` next needs a tick: an announcement due, a request's deadline, a rest ending."""
-        times: list[float] = []
+    @staticmethod
+    def deadlines(d: Download, times: list[float]) -> None:
+        """Add to `times` when `d` next needs a tick: an announcement due, a request's deadline, a rest
+        ending, a request turning late (the endgame)."""
         if d.announcer.due is not None:
             times.append(d.announcer.due)
-        times.extend(d.flying.deadlines())
+        flying = d.flying
+        for asked in flying.pieces.values():
+            times.extend(asked.values())
+        times.extend(flying.abandoned.values())
         if not d.complete:
-            times.extend(d.backoff.deadlines())
-            if d.flying.endgame_at is not None:
-                times.append(d.flying.endgame_at)
-        return min(times, default=None)
+            times.extend(d.backoff.refused.values())
+            times.extend(d.backoff.skip.values())
+            if flying.endgame_at is not None:
+                times.append(flying.endgame_at)

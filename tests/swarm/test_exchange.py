@@ -14,6 +14,7 @@ from swarm.core import CoreConfig, PeerCore
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
 from swarm.pieces import Layout, bitmap_of, decode_request, encode_request, mask_of
 from swarm.pieceset import EMPTY, PieceSet
+from swarm.sources import Backoff, Sources
 from swarm.io import LocalCommand, SendRequest
 from swarm.rng import Rng
 from tests.samples import T0, task
@@ -179,6 +180,41 @@ def test_pieceset_pick_is_one_draw_from_a_random_start():
     assert s.pick(12, Draws([10])) == 2, "past the last member it wraps to the first"
     for seed in range(20):  # a member always, whatever the rng
         assert s.pick(10, Rng(seed)) in s
+
+
+def test_rarity_classes_match_the_holders_however_pieces_arrive():
+    """`Sources` moves a few new pieces one by one and many a class at a time: either way every piece
+    sits in the class of its holder count, and only non-empty classes exist."""
+    rng = Rng(7)
+    src = Sources(30)
+    for step in range(300):
+        peer = rng.randrange(12)
+        if rng.randrange(10) == 0:
+            src.forget(peer)
+        else:
+            size = 1 + rng.randrange(3) if rng.randrange(3) else 1 + rng.randrange(30)
+            src.add(peer, PieceSet(rng.randrange(30) for _ in range(size)))
+        counts = [sum(1 for held in src.holders.values() if i in held) for i in range(30)]
+        expected = {c: PieceSet(i for i in range(30) if counts[i] == c) for c in set(counts)}
+        assert src.rarity == expected and src.counts == counts, step
+    least = min(src.rarity)
+    assert src.rarest(PieceSet.full(30), rng) in src.rarity[least]
+
+
+def test_backoff_keeps_refusals_by_peer_in_step():
+    b = Backoff()
+    b.refuse(3, "p", until=5.0)
+    b.strike(4, "p", until=10.0, limit=2)
+    b.refuse(3, "q", until=10.0)
+    assert b.by_peer == {"p": PieceSet([3, 4]), "q": PieceSet([3])} and b.strikes == {"p": 1} and not b.skip
+    b.expire(5.0)
+    assert b.by_peer == {"p": PieceSet([4]), "q": PieceSet([3])} and set(b.refused) == {(4, "p"), (3, "q")}
+    b.strike(5, "p", until=20.0, limit=2)
+    assert b.skip == {"p": 20.0} and b.strikes == {"p": 0}, "the second strike skips the peer"
+    b.expire(10.0)
+    assert b.by_peer == {"p": PieceSet([5])} and b.skip == {"p": 20.0}
+    b.expire(20.0)
+    assert not b.by_peer and not b.refused and not b.skip
 
 
 def test_everyone_gets_every_shard_from_several_peers_within_bounds():
