@@ -100,6 +100,9 @@ class Announcer:
 
 
 class Download:
+    """One version: the want and its geometry, and the state above (module docstring), each part
+    changed by its owner only."""
+
     def __init__(self, want: Want, layout: Layout, pieces: tuple[bytes, ...], started: float) -> None:
         self.want = want
         self.layout = layout

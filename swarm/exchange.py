@@ -100,6 +100,9 @@ class ExchangeConfig:
 
 
 class ShardExchange:
+    """The exchange of one peer, for every version it downloads or serves: the API its runtimes call
+    (module docstring), each event taken in a few steps by the parts it names."""
+
     def __init__(self, rng, config: ExchangeConfig | None = None,
                  hasher: Callable[[bytes], bytes] = blake2b256) -> None:
         self.rng = rng

@@ -17,6 +17,8 @@ Peer = Hashable
 
 
 class InFlight:
+    """The requests out for one download (module docstring: why they are kept in one place)."""
+
     __slots__ = ("pieces", "asked", "count", "abandoned", "answered", "answer_s", "endgame_at")
 
     def __init__(self) -> None:

@@ -26,6 +26,9 @@ from swarm.sources import Peer
 
 
 class Scheduler:
+    """Chooses requests for any download it is handed; holds no download state of its own, only the
+    config and the exchange's rng (so its draws interleave with the exchange's as before)."""
+
     def __init__(self, config, rng) -> None:
         self.config = config  # an ExchangeConfig
         self.rng = rng

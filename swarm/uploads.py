@@ -26,6 +26,8 @@ Token = object  # the runtime's id for one request being answered
 
 
 class Uploader:
+    """One per exchange: upload slots are shared by every version we serve (one uplink)."""
+
     def __init__(self, config) -> None:
         self.config = config  # an ExchangeConfig
         self.slots: dict[Token, float] = {}  # upload token -> when its slot frees anyway
