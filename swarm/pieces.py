@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The request and answer bytes live in swarm/shardwire.py; re-exported for the callers that read them here.
-from swarm.shardwire import decode_request, encode_request  # noqa: F401
+from swarm.pieceset import PieceSet
+
 DEFAULT_PIECE_SIZE = 256 * 1024  # the trainer's pack, the simulator's and the benchmarks' (task param piece_size)
 
 
@@ -70,34 +70,14 @@ class Layout:
     def length(self, piece: int) -> int:
         return min(self.piece_size, self.total - piece * self.piece_size)
 
-    def shard_mask(self, shard: int) -> int:
-        r = self.pieces_of(shard)
-        return ((1 << len(r)) - 1) << r.start
+    def shard_pieces(self, shard: int) -> PieceSet:
+        return PieceSet.span(self.pieces_of(shard))
 
 
 def bitmap_of(mask: int, n: int) -> bytes:
     """Bit i of byte i // 8 (least significant first) is piece i, as `ShardHave.holds` reads it."""
-    return mask.to_bytes((n + 7) // 8, "little")
+    return PieceSet.from_mask(mask).bitmap(n)
 
 
 def mask_of(bitmap: bytes, n: int) -> int:
-    return int.from_bytes(bitmap[: (n + 7) // 8], "little") & ((1 << n) - 1)
-
-
-def bits(mask: int):
-    """The indices of the set bits of `mask`, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
-def pick_bit(mask: int, n: int, rng) -> int:
-    """A set bit of `mask` (nonzero) chosen by `rng`: the first at or after a random start, wrapping.
-    One draw and a few big-int operations, whatever the number of bits (a uniform draw among the set
-    bits would enumerate them; this favours bits after gaps a little, which rarest-first does not mind)."""
-    start = rng.randrange(n)
-    high = mask >> start
-    if high:
-        return start + (high & -high).bit_length() - 1
-    return (mask & -mask).bit_length() - 1
+    return PieceSet.from_bitmap(bitmap, n).mask

@@ -12,7 +12,10 @@ from gossip.identity import Identity
 from swarm import jobs, protocols
 from swarm.core import CoreConfig, PeerCore
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
-from swarm.pieces import bitmap_of, decode_request, encode_request, mask_of
+from swarm.pieces import Layout, bitmap_of, mask_of
+from swarm.shardwire import decode_request, encode_request
+from swarm.pieceset import EMPTY, PieceSet
+from swarm.sources import Backoff, Sources
 from swarm.io import LocalCommand, SendRequest
 from swarm.rng import Rng
 from tests.samples import T0, task
@@ -135,6 +138,86 @@ def test_request_codec_and_bitmaps():
     assert [i for i in range(10) if have.holds(i)] == [0, 2, 9]
 
 
+def test_pieceset_is_a_set_of_indices():
+    s = PieceSet([0, 2, 9])
+    assert list(s) == [0, 2, 9] and len(s) == 3 and s and not EMPTY and len(EMPTY) == 0
+    assert 2 in s and 1 not in s and 64 not in s and -1 not in s
+    assert s.mask == 0b1000000101 == mask_of(s.bitmap(10), 10)
+    assert s.add(1) == PieceSet([0, 1, 2, 9]) and s.add(2) == s
+    assert s.discard(2) == PieceSet([0, 9]) and s.discard(5) == s
+    t = PieceSet([2, 3])
+    assert s | t == PieceSet([0, 2, 3, 9]) and s & t == PieceSet([2]) and s - t == PieceSet([0, 9])
+    assert s.missing(10) == PieceSet([1, 3, 4, 5, 6, 7, 8]) and PieceSet.full(10).missing(10) == EMPTY
+    assert PieceSet.full(4) == PieceSet(range(4)) and PieceSet.span(range(3, 6)) == PieceSet([3, 4, 5])
+    assert PieceSet.span(range(2, 2)) == EMPTY and PieceSet.from_mask(0b101) == PieceSet([0, 2])
+    assert PieceSet([2]) <= s and not t <= s
+    assert {PieceSet([1]): "a"}[PieceSet([1])] == "a" and s != s.mask and repr(t) == "PieceSet([2, 3])"
+    with pytest.raises(ValueError):
+        PieceSet([-1])
+
+
+def test_pieceset_is_immutable_and_reads_wire_bitmaps():
+    s = PieceSet([1])
+    s.add(5)  # a new set; s is unchanged
+    assert s == PieceSet([1])
+    with pytest.raises(AttributeError):
+        s._bits = 3
+    # bits beyond the version's pieces are ignored; a bitmap is bit i of byte i // 8, low bit first
+    assert PieceSet.from_bitmap(bytes([0b00000101, 0xFF]), 10) == PieceSet([0, 2, 8, 9])
+    assert PieceSet([0, 2, 8, 9]).bitmap(10) == bytes([0b00000101, 0b11])
+    assert Layout((100, 100, 50), 25).shard_pieces(2) == PieceSet([8, 9])
+
+
+def test_pieceset_pick_is_one_draw_from_a_random_start():
+    class Draws:
+        def __init__(self, starts):
+            self.starts = list(starts)
+
+        def randrange(self, n):
+            return self.starts.pop(0)
+
+    s = PieceSet([2, 5, 9])
+    assert [s.pick(10, Draws([k])) for k in (0, 2, 3, 6, 9)] == [2, 2, 5, 9, 9]
+    assert s.pick(12, Draws([10])) == 2, "past the last member it wraps to the first"
+    for seed in range(20):  # a member always, whatever the rng
+        assert s.pick(10, Rng(seed)) in s
+
+
+def test_rarity_classes_match_the_holders_however_pieces_arrive():
+    """`Sources` moves a few new pieces one by one and many a class at a time: either way every piece
+    sits in the class of its holder count, and only non-empty classes exist."""
+    rng = Rng(7)
+    src = Sources(30)
+    for step in range(300):
+        peer = rng.randrange(12)
+        if rng.randrange(10) == 0:
+            src.forget(peer)
+        else:
+            size = 1 + rng.randrange(3) if rng.randrange(3) else 1 + rng.randrange(30)
+            src.add(peer, PieceSet(rng.randrange(30) for _ in range(size)))
+        counts = [sum(1 for held in src.holders.values() if i in held) for i in range(30)]
+        expected = {c: PieceSet(i for i in range(30) if counts[i] == c) for c in set(counts)}
+        assert src.rarity == expected and src.counts == counts, step
+    least = min(src.rarity)
+    assert src.rarest(PieceSet.full(30), rng) in src.rarity[least]
+
+
+def test_backoff_keeps_refusals_by_peer_in_step():
+    b = Backoff()
+    b.refuse(3, "p", until=5.0)
+    b.strike(4, "p", until=10.0, limit=2)
+    b.refuse(3, "q", until=10.0)
+    assert b.by_peer == {"p": PieceSet([3, 4]), "q": PieceSet([3])} and b.strikes == {"p": 1} and not b.skip
+    b.expire(5.0)
+    assert b.by_peer == {"p": PieceSet([4]), "q": PieceSet([3])} and set(b.refused) == {(4, "p"), (3, "q")}
+    b.strike(5, "p", until=20.0, limit=2)
+    assert b.skip == {"p": 20.0} and b.strikes == {"p": 0}, "the second strike skips the peer"
+    b.expire(10.0)
+    assert b.by_peer == {"p": PieceSet([5])} and b.skip == {"p": 20.0}
+    b.expire(20.0)
+    assert not b.by_peer and not b.refused and not b.skip
+
+
 def test_everyone_gets_every_shard_from_several_peers_within_bounds():
     wire = Wire(["seed", "a", "b", "c", "d"], seeders={"seed"}, config=ExchangeConfig(per_peer=2, timeout=2.0))
     wire.settle()
@@ -254,7 +337,7 @@ def test_pieces_are_relayed_before_their_shard_is_complete():
     assert wire.done == {"a", "b", "c", "d"}
     for peer in "abcd":
         assert wire.stored[peer] == {h(s): s for s in SHARDS}, "every shard whole and checked in the store"
-        assert not wire.ex[peer].downloads[CUT.root].parts, "no piece left in memory"
+        assert not wire.ex[peer].downloads[CUT.root].have.parts, "no piece left in memory"
     assert wire.relayed_early, "a peer served a piece of a shard it had not completed"
     assert {s for _, s, _ in wire.asked} - {"seed"}, "peers served each other"
     assert not wire.blamed
@@ -278,7 +361,7 @@ def test_open_shards_bound_the_pieces_held_in_memory():
     d = wire.ex["a"].downloads[CUT.root]
     widest = 0
     for _ in range(5000):
-        open_now = set(d.parts) | {d.layout.shard_of(i) for i in d.in_flight}
+        open_now = set(d.have.parts) | {d.layout.shard_of(i) for i in d.flying.pieces}
         widest = max(widest, len(open_now))
         assert len(open_now) <= 2
         if not wire.step():
