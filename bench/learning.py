@@ -209,7 +209,7 @@ def run_single_baseline(base_weights: bytes, budget: float, points: int, threads
         due = sum(1 for c in schedule if c <= record["elapsed_s"])
         if len(kept) < due or record["elapsed_s"] >= budget:
             kept.append({"step": record["step"], "wall_s": record["elapsed_s"], "weights": weights_bytes(m),
-                         "completions_sampled": record["step"] * g.prompts_per_step * g.samples_per_prompt,
+                         "completions_sampled": record["step"] * g.prompts_per_step * g.group_size,
                          "reward": record.get("reward")})
         if time.monotonic() - last_report[0] >= 15:
             say(f"{name}: t={record['elapsed_s']:5.0f}s step {record['step']:4d} reward {record.get('reward', 0):.3f} "
@@ -223,7 +223,7 @@ def run_single_baseline(base_weights: bytes, budget: float, points: int, threads
     steps = history[1:]
     used = [r for r in steps if r.get("used")]
     return {"points": kept, "steps": len(steps), "threads": threads,
-            "completions_sampled": len(steps) * g.prompts_per_step * g.samples_per_prompt,
+            "completions_sampled": len(steps) * g.prompts_per_step * g.group_size,
             "gen_s_mean": round(sum(r["gen_s"] for r in steps) / max(1, len(steps)), 3),
             "train_s_mean": round(sum(r["train_s"] for r in steps) / max(1, len(steps)), 3),
             "completions_used_mean": round(sum(r["used"] for r in used) / max(1, len(steps)), 1),

@@ -108,7 +108,7 @@ def builtin_versions(warmup_steps: int) -> tuple[dict, list[dict], dict]:
     model, tok = create_builtin_model(0)
     env = get_env("digit-sort")
     warmup(model, tok, env, WarmupConfig(steps=warmup_steps))
-    cfg = GRPOConfig(prompts_per_step=8, samples_per_prompt=8)
+    cfg = GRPOConfig(prompts_per_step=8, group_size=8)
     opt = make_optimizer(model, cfg)
     backend = TorchBackend(model, tok.eos_token_id, tok.pad_token_id, capture_hidden=False)
     snapshot = lambda: {k: v.detach().clone() for k, v in model.state_dict().items()}  # noqa: E731

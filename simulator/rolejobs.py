@@ -82,11 +82,6 @@ def weights_id(tensor_hash: bytes) -> bytes:
     return label_of("sim-weights", tensor_hash)
 
 
-def _int_param(params, name: str, default: int, lo: int, hi: int) -> int:
-    raw = params.get(name, default)
-    return min(hi, max(lo, raw)) if isinstance(raw, int) and not isinstance(raw, bool) else default
-
-
 class RoleJobs:
     """Executors for the role job kinds over one `Content` registry."""
 
@@ -111,11 +106,12 @@ class RoleJobs:
     def pack(self, task: jobs.TaskSpec, version: int, seed: bytes, parent_root: bytes = b"",
              parent_depth: int = 0) -> tuple[jobs.VersionResult, tuple[bytes, ...]]:
         """A version packed into virtual shards: (its VersionResult with manifest fields, shard digests)."""
-        shard_size = _int_param(task.params, "shard_size", DEFAULT_SHARD_SIZE, 256, 64 << 20)
-        piece_size = _int_param(task.params, "piece_size", default_piece_size(shard_size), 256, shard_size)
+        params = TaskParams.from_params(task.params)  # checked when the scenario loaded
+        shard_size = params.shard_size or DEFAULT_SHARD_SIZE
+        piece_size = params.piece_size or default_piece_size(shard_size)
         if shard_size % piece_size:
             piece_size = shard_size  # trainer/versions.py refuses such a task; the cost model just ignores it
-        full_every = _int_param(task.params, "full_every", DEFAULT_FULL_EVERY, 1, 1 << 20)
+        full_every = params.full_every or DEFAULT_FULL_EVERY
         delta = bool(parent_root) and parent_depth + 1 < full_every
         full_size = self.sizes[jobs.INIT]
         size = self.sizes[jobs.TRAIN] if delta else full_size

@@ -8,7 +8,7 @@ The variant, exactly:
     log-probability carried by the rollout (the policy version that sampled it), so off-policy
     rollouts (async lag) are corrected per token.
   - Two-sided clipping as in INTELLECT-2: per-token objective
-        min( min(r_t, delta) * A,  clip(r_t, 1 - eps_low, 1 + eps_high) * A )
+        min( min(r_t, delta) * A,  clip(r_t, 1 - clip_low, 1 + clip_high) * A )
     i.e. PPO clipping with DAPO's asymmetric "clip-higher" range, plus an upper bound delta on the
     ratio so a token with negative advantage and a huge ratio cannot blow up the update.
   - Optionally decoupled for stale rollouts (`decoupled`; the "decoupled PPO objective" of
@@ -16,11 +16,11 @@ The variant, exactly:
     older policy, the trust region is centred on the trainer's own weights at the start of the
     step (the proximal policy, one extra no-grad forward pass), and the staleness is corrected by
     a detached per-token weight w_t = min(exp(logp_prox_t - logp_behaviour_t), delta):
-        w_t * min( min(q_t, delta) * A,  clip(q_t, 1 - eps_low, 1 + eps_high) * A ),  q_t = exp(logp_t - logp_prox_t)
+        w_t * min( min(q_t, delta) * A,  clip(q_t, 1 - clip_low, 1 + clip_high) * A ),  q_t = exp(logp_t - logp_prox_t)
     Its gradient at q = 1 is the plain off-policy one (w_t * q_t = pi / pi_behaviour), but the
     clip range bounds how far this step moves the policy from where it is, not from where it was
     one or two versions ago: centred on the behaviour policy, a token whose probability fell since
-    it was sampled could be pushed up by (1 + eps_high) / (1 - eps_low) ~ 1.6x in one step, a
+    it was sampled could be pushed up by (1 + clip_high) / (1 - clip_low) ~ 1.6x in one step, a
     wider step than an on-policy trainer ever takes. On-policy batches (`on_policy=True`: the
     single process) skip the extra pass: there the proximal policy is the behaviour policy, w = 1,
     and the objective is the one above. Off by default: at async level 2 it learned no better per
@@ -40,7 +40,7 @@ The variant, exactly:
     base policy, far fewer later.
   - AdamW. Learning rate (`lr_at`, a function of the step number alone, so a resumed trainer keeps
     the schedule, and a single process and a swarm get the same rate at equal completions): an
-    optional linear warm-up over the first `lr_warmup_steps` batches, then constant, then optionally
+    optional linear warm-up over the first `lr_warmup` batches, then constant, then optionally
     a cosine decay to `lr_min` over `lr_decay_steps` batches from `lr_decay_start`, constant after.
     The decay is there for asynchronous training: a trainer fed rollouts 1-2 versions old corrects a
     bad update 1-2 versions late, and at a sharp policy that delay turned single bad updates into
@@ -58,16 +58,16 @@ import torch
 @dataclass
 class GRPOConfig:
     prompts_per_step: int = 16  # prompts in one batch
-    samples_per_prompt: int = 16  # completions per prompt (the group)
+    group_size: int = 16  # completions per prompt (the group)
     lr: float = 3e-5  # AdamW learning rate (3e-4 collapsed the policy in one step)
-    lr_warmup_steps: int = 0  # lr ramps linearly up to `lr` over this many batches; 0 = constant
+    lr_warmup: int = 0  # lr ramps linearly up to `lr` over this many batches; 0 = constant
     lr_decay_start: int = 0  # the batch where the cosine decay begins
     lr_decay_steps: int = 0  # batches over which lr falls to lr_min; 0 = no decay
     lr_min: float = 0.0  # the rate after the decay
     betas: tuple[float, float] = (0.9, 0.99)
     weight_decay: float = 0.0
-    eps_low: float = 0.2  # ratio clipped below at 1 - eps_low
-    eps_high: float = 0.28  # ratio clipped above at 1 + eps_high (DAPO clip-higher)
+    clip_low: float = 0.2  # ratio clipped below at 1 - clip_low
+    clip_high: float = 0.28  # ratio clipped above at 1 + clip_high (DAPO clip-higher)
     delta: float = 4.0  # INTELLECT-2 upper bound on the ratio for negative advantages
     minibatches: int = 2  # optimizer steps per batch
     kl_coef: float = 0.0  # weight of the k3 KL to the reference model; 0 = no reference needed
@@ -94,9 +94,9 @@ def lr_at(cfg: GRPOConfig, step: int) -> float:
     if cfg.lr_decay_steps > 0 and step >= cfg.lr_decay_start:
         done = min(1.0, (step - cfg.lr_decay_start) / cfg.lr_decay_steps)
         return cfg.lr_min + (cfg.lr - cfg.lr_min) * 0.5 * (1.0 + math.cos(math.pi * done))
-    if cfg.lr_warmup_steps <= 0:
+    if cfg.lr_warmup <= 0:
         return cfg.lr
-    return cfg.lr * min(1.0, (step + 1) / cfg.lr_warmup_steps)
+    return cfg.lr * min(1.0, (step + 1) / cfg.lr_warmup)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -106,7 +106,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                       mask: torch.Tensor, eps_low: float, eps_high: float, delta: float,
+                       mask: torch.Tensor, clip_low: float, clip_high: float, delta: float,
                        ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
                        weights: torch.Tensor | None = None, prox_logp: torch.Tensor | None = None):
     """Token-level two-sided clipped loss; all [N, T] except advantages and weights [N].
@@ -121,7 +121,7 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
     ratio = torch.exp(logp - centre)
     adv = advantages[:, None].to(logp.dtype)
     unclipped = torch.clamp(ratio, max=delta) * adv
-    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
+    clipped = torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv
     objective = torch.minimum(unclipped, clipped)
     if prox_logp is not None:
         staleness = torch.clamp(torch.exp(centre - old_logp), max=delta)
@@ -130,7 +130,7 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
     # tokens whose gradient clipping removed: ratio above the range for A > 0, below it or
     # above delta for A < 0
     r, a = ratio.detach(), adv.expand_as(ratio)
-    was_clipped = ((a > 0) & (r > 1 + eps_high)) | ((a < 0) & ((r < 1 - eps_low) | (r > delta)))
+    was_clipped = ((a > 0) & (r > 1 + clip_high)) | ((a < 0) & ((r < 1 - clip_low) | (r > delta)))
     stats = {
         "clip_frac": float((was_clipped.float() * mask).sum() / n_tokens),
         "ratio_mean": float((ratio.detach() * mask).sum() / n_tokens),
@@ -253,7 +253,7 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None, o
                 ref_logp = token_logprobs(ref_model, ids)
         loss, stats = clipped_token_loss(
             logp, mb.old_logp.to(device), mb.advantages.to(device), mb.mask.to(device),
-            cfg.eps_low, cfg.eps_high, cfg.delta, ref_logp, cfg.kl_coef, weights.to(device), prox_logp)
+            cfg.clip_low, cfg.clip_high, cfg.delta, ref_logp, cfg.kl_coef, weights.to(device), prox_logp)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad_norm"] = clip_grad(model, cfg.max_grad_norm)

@@ -76,13 +76,13 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
     while not finished():
         t0 = time.monotonic()
         indices = assign_prompts(cfg.task_id, b"local", step, g.prompts_per_step, env.n_prompts)
-        rollouts = generate_rollouts(env, tokenizer, backend, indices, samples=g.samples_per_prompt,
+        rollouts = generate_rollouts(env, tokenizer, backend, indices, samples=g.group_size,
                                      max_new_tokens=g.max_new_tokens, temperature=g.temperature,
                                      task_id=cfg.task_id, policy_version=step,
                                      format_weight=g.format_weight)
         t1 = time.monotonic()
         rewards = torch.tensor([r.reward for r in rollouts])
-        adv = group_advantages(rewards, g.samples_per_prompt, g.std_normalize)
+        adv = group_advantages(rewards, g.group_size, g.std_normalize)
         # as the swarm's trainer job does (trainer/train_batch.py): completions whose whole group
         # scored the same carry no gradient, so they cost no forward/backward pass
         keep = [k for k in range(len(rollouts)) if adv[k] != 0]

@@ -21,7 +21,7 @@ from swarm.roles import checking
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
-from swarm.taskparams import task_spec
+from swarm.taskparams import TaskParams, task_spec
 
 MAX_CHECKS = 256
 
@@ -46,10 +46,9 @@ class ValidatorRole(Role):
 
     def on_task(self, now, known) -> list:
         task = known.task
-        raw = task.params.get("validate_fraction", 1.0)
-        fraction = float(raw) if isinstance(raw, (int, float)) and not isinstance(raw, bool) else 1.0
+        fraction = TaskParams.of(task).validate_fraction  # checked when the task was admitted
         self.tasks[task.task_id] = ValidatorTask(task_spec(task), PolicyFollower(task.task_id, task.async_level + 1),
-                                                 min(1.0, max(0.0, fraction)))
+                                                 float(fraction))
         return []
 
     def chooses(self, state: ValidatorTask, commitment_id: bytes) -> bool:

@@ -8,7 +8,7 @@ from trainer.grpo import (Batch, GRPOConfig, clip_grad, clipped_token_loss, coll
                           token_logprobs)
 from trainer.taskconfig import ParamError, grpo_config
 
-CLIP = dict(eps_low=0.2, eps_high=0.28, delta=4.0)
+CLIP = dict(clip_low=0.2, clip_high=0.28, delta=4.0)
 
 
 def test_group_advantages_by_hand():
@@ -271,7 +271,7 @@ def test_a_model_with_dropout_gets_its_own_proximal_pass(builtin):
 
 def test_grpo_step_decoupled_still_learns_from_a_stale_wrong_answer(builtin):
     """Both answers were sampled when each token was 3x likelier than now. The plain objective
-    sees ratio 1/3 and clips the wrong answer's term away (A < 0, ratio below 1 - eps_low), so
+    sees ratio 1/3 and clips the wrong answer's term away (A < 0, ratio below 1 - clip_low), so
     the step, driven by the right answer alone, raises both (they share the model); the decoupled
     one measures the ratio from where the policy is (1) and pushes the wrong answer down. Plain
     SGD, so the step is the gradient itself and not Adam's sign-like first move."""
@@ -304,17 +304,17 @@ def test_grpo_step_decoupled_still_learns_from_a_stale_wrong_answer(builtin):
 
 
 def test_lr_warmup_ramps_linearly_then_holds():
-    cfg = GRPOConfig(lr=1e-4, lr_warmup_steps=4)
+    cfg = GRPOConfig(lr=1e-4, lr_warmup=4)
     assert [lr_at(cfg, s) for s in range(6)] == pytest.approx([2.5e-5, 5e-5, 7.5e-5, 1e-4, 1e-4, 1e-4])
     assert lr_at(GRPOConfig(lr=3e-5), 0) == lr_at(GRPOConfig(lr=3e-5), 100) == 3e-5
-    assert grpo_config({"lr": 1e-4, "lr_warmup": 4}).lr_warmup_steps == 4
-    assert grpo_config({"lr_warmup": 0}).lr_warmup_steps == 0
+    assert grpo_config({"lr": 1e-4, "lr_warmup": 4}).lr_warmup == 4
+    assert grpo_config({"lr_warmup": 0}).lr_warmup == 0
     with pytest.raises(ParamError):
         grpo_config({"lr_warmup": 2.5})
 
 
 def test_lr_decay_is_a_cosine_from_lr_to_lr_min_then_holds():
-    cfg = GRPOConfig(lr=4e-5, lr_warmup_steps=2, lr_decay_start=10, lr_decay_steps=100, lr_min=1e-5)
+    cfg = GRPOConfig(lr=4e-5, lr_warmup=2, lr_decay_start=10, lr_decay_steps=100, lr_min=1e-5)
     # warm-up, constant, then half-way down the cosine at 60, lr_min from 110 on
     assert [lr_at(cfg, s) for s in (0, 1, 9, 10, 60, 110, 5000)] == pytest.approx(
         [2e-5, 4e-5, 4e-5, 4e-5, 2.5e-5, 1e-5, 1e-5])

@@ -10,7 +10,7 @@ def test_single_loop_runs_trains_and_reports(warmed):
     model = copy.deepcopy(model)
     before = model.lm_head.weight.detach().clone()
     records = []
-    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=4, samples_per_prompt=4, lr=1e-4),
+    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=4, group_size=4, lr=1e-4),
                        seconds=60, max_steps=3, eval_every=2, eval_prompts=32)
     history = run_single(model, tok, DigitSort(), cfg, log=records.append)
     assert history == records and [r["step"] for r in history] == [0, 1, 2, 3]
@@ -33,7 +33,7 @@ def test_checkpoints_stop_the_clock_and_eval_every_zero_evaluates_nothing(warmed
         seen.append((record["step"], m.lm_head.weight.detach().clone()))
         time.sleep(0.5)
 
-    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=2, samples_per_prompt=4, lr=1e-3),
+    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=2, group_size=4, lr=1e-3),
                        seconds=60, max_steps=2, eval_every=0)
     history = run_single(model, tok, DigitSort(), cfg, checkpoint=keep)
     assert [s for s, _ in seen] == [r["step"] for r in history] == [0, 1, 2]
