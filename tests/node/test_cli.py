@@ -18,7 +18,7 @@ def test_help_is_fast(args):
     out = run_cli(*args)
     elapsed = time.monotonic() - started
     assert out.returncode == 0 and "usage: swarm-node" in out.stdout
-    assert elapsed < 1.0, f"--help took {elapsed:.2f} s"
+    assert elapsed < 10.0, f"--help took {elapsed:.2f} s"  # loose: a loaded 2-core CI; exact: the test below
 
 
 def test_help_imports_no_heavy_modules():
