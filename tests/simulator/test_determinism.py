@@ -51,7 +51,7 @@ def _run_in_subprocess(hashseed: str, seed: int, trace) -> str:
 
 # Smoke at seed 7 makes about 24,500 trace lines: ~19,500 deliveries, ~2,200 publishes, ~560 shard
 # requests, a version installed ~60 times. The floors sit well under that: the point is that the
-# runs compared did real work of every kind, not their exact amounts (the pins below hold those).
+# runs compared did real work of every kind, not their exact amounts (test_scenarios.py pins those).
 BUSY = {"deliver": 5000, "publish": 500, "request": 100, "response": 100, "job-done": 50, "connect": 20,
         "start": 10, "emit.task-learned": 10, "emit.version-installed": 20, "emit.rollout-trained": 5}
 
