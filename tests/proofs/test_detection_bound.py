@@ -23,7 +23,8 @@ import pytest
 
 from proofs import adversaries as adv
 
-pytestmark = pytest.mark.slow
+# A few minutes of CPU; the timeout allows for a 2-core machine shared with other work.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 BATCHES = 200
 REASONS = {"other-model": {"toploc"}, "low-precision": {"logprob"}, "int8-quant": {"logprob", "toploc"},
