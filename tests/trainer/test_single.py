@@ -1,8 +1,12 @@
 import copy
 
+import pytest
+
 from trainer.envs import DigitSort
 from trainer.grpo import GRPOConfig
 from trainer.single import SingleConfig, run_single
+
+pytestmark = pytest.mark.slow  # both use `warmed`: the warm-up trains the model first
 
 
 def test_single_loop_runs_trains_and_reports(warmed):
