@@ -1,7 +1,6 @@
 """Hypothesis fuzzing: random structured input never crashes the decoder, only `Rejected`."""
 
 import msgpack
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +31,6 @@ def test_random_bytes(data):
     _opens_or_rejects(data)
 
 
-@pytest.mark.slow  # 150 recursive msgpack bodies
 @FUZZ
 @given(st.sampled_from(sorted(MESSAGE_KINDS)), msgpack_values)
 def test_random_bodies_signed_by_a_valid_key(kind, body_obj):
@@ -42,7 +40,6 @@ def test_random_bodies_signed_by_a_valid_key(kind, body_obj):
     _opens_or_rejects(wire)
 
 
-@pytest.mark.slow  # 150 recursive msgpack bodies
 @FUZZ
 @given(st.sampled_from(all_messages()), st.dictionaries(st.text(max_size=12), msgpack_values, max_size=3))
 def test_sample_bodies_with_fields_replaced(message, replacements):

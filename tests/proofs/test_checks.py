@@ -38,7 +38,6 @@ def test_other_weights_are_caught(task, other_model, kind, reason, where, number
     assert where <= set(v.evidence) and numbers <= set(v.numbers)
 
 
-@pytest.mark.slow
 def test_laundered_low_precision_is_caught_by_the_sampling_replay(task):
     """bf16 sampling with fp32 logprobs and proofs recomputed: only tokens whose seeded draw flips
     under bf16 betray it, so detection is per token and a batch is caught with a probability that

@@ -9,8 +9,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from simulator.run import run_scenario
 from simulator.scenario import load, with_seed
 
@@ -58,7 +56,6 @@ BUSY = {"deliver": 5000, "publish": 500, "request": 100, "response": 100, "job-d
         "start": 10, "emit.task-learned": 10, "emit.version-installed": 20, "emit.rollout-trained": 5}
 
 
-@pytest.mark.slow
 def test_two_processes_write_byte_identical_traces_and_another_seed_does_not(tmp_path):
     """Separate interpreters with different PYTHONHASHSEEDs (so set and dict-of-str orders differ) write
     the same trace file byte for byte; the hash they print is the in-process run's; seed 8 differs."""

@@ -50,7 +50,6 @@ def test_accepted_messages_reach_everyone_once_per_core():
     assert sim.counts["core_calls"] > before
 
 
-@pytest.mark.slow
 def test_ihave_iwant_repair_heavy_loss():
     # 30% of gossip frames are lost: eager push alone would miss peers, IHAVE/IWANT fills the gaps.
     r = run_scenario(tiny(peers=20, duration=150, settle=30, checks=("delivery-complete",),
@@ -65,7 +64,6 @@ def test_ihave_iwant_repair_heavy_loss():
 PARTITION = "[faults]\npartitions = [{ at = 30, duration = 30, fraction = 0.5 }]\n[workload]\nprobe_rate = 0.5\n"
 
 
-@pytest.mark.slow
 def test_partition_cuts_links_and_heals():
     s = tiny(peers=12, duration=200, settle=60, extra=PARTITION)
     trace = Trace()
@@ -91,7 +89,6 @@ def test_partition_cuts_links_and_heals():
     assert kinds == ["partition", "heal"] and all(sim.net.side[i] == 0 for i in sim.live)
 
 
-@pytest.mark.slow
 def test_swarm_reconverges_after_a_partition_heals():
     r = run_scenario(tiny(peers=12, duration=400, settle=60, extra=PARTITION, checks=("delivery-complete",)))
     assert r.ok, r.checks["delivery-complete"].violations[:3]

@@ -173,7 +173,6 @@ def test_no_bad_training_fails_when_a_forged_rollout_is_trained(tmp_path, monkey
     assert r.metrics["training"]["rollouts_trained_from_adversaries"] > 0
 
 
-@pytest.mark.slow
 def test_role_runs_are_deterministic(tmp_path):
     s = scenario(name="det", duration=200, adversaries=adversary("cheat", "cherry-pick"))
     a = run_scenario(s)
@@ -222,7 +221,6 @@ def sparse(name="sparse", relays=40):
     return loads(head + relay + "[[peers]]" + groups + extra + TASK.format(validators='"validator"'), f"<{name}>")
 
 
-@pytest.mark.slow
 def test_followers_dial_a_holder_when_no_link_holds_their_version(tmp_path):
     """CORE_CHANGES item 9: the exchange asks only linked peers, so with few random links a follower
     must dial a holder it learnt of (manifest signer, ShardHave, heartbeat), or it never gets a shard."""
@@ -236,7 +234,6 @@ def test_followers_dial_a_holder_when_no_link_holds_their_version(tmp_path):
     assert tr["newest_version"] >= 1 and tr["rollouts_trained"] > 0
 
 
-@pytest.mark.slow
 def test_without_holder_dials_sparse_followers_starve(tmp_path, monkeypatch):
     """The scenario above needs the dials: with no holder links allowed, some follower installs nothing."""
     from swarm.roles import shards
