@@ -19,9 +19,9 @@ def test_help_is_fast(args):
     elapsed = time.monotonic() - started
     assert out.returncode == 0 and "usage: swarm-node" in out.stdout
     # Generous on purpose: a few tenths of a second unloaded (pydantic builds the settings models), but
-    # a machine busy with other tests can stretch that; importing torch would take several seconds
-    # more. Which modules --help imports is checked exactly by the next test.
-    assert elapsed < 5.0, f"--help took {elapsed:.2f} s"
+    # a loaded 2-core CI machine stretches that; importing torch would take several seconds more.
+    # Which modules --help imports is checked exactly by the next test.
+    assert elapsed < 10.0, f"--help took {elapsed:.2f} s"
 
 
 def test_help_imports_no_heavy_modules():

@@ -13,6 +13,8 @@ from node.jobrunner import STOP_GRACE, JobRunner
 from swarm.io import JobFinished, RunJob
 from swarm.jobs import GenerateJob, InitJob, TaskSpec
 
+pytestmark = pytest.mark.slow  # each test starts job processes that import torch
+
 # warm-up and evaluation sized for a test: init then takes about a second in the child
 QUICK = TaskSpec("t-runner", "builtin:digit-sort-tiny", "digit-sort",
                  {"warmup_steps": 2, "eval_prompts": 8, "group_size": 2})

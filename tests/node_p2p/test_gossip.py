@@ -96,7 +96,7 @@ async def test_rate_limit_applies_backpressure_without_drops():
             for i in range(n):
                 await a.publish(TOPIC, i.to_bytes(4, "big") + b"\0" * 1020)
             elapsed = trio.current_time() - start
-            assert elapsed >= (n - burst) / rate * 0.95, elapsed
+            assert elapsed >= (n - burst) / rate * 0.95, elapsed  # a lower bound: a busy machine only adds to it
             await wait_until(lambda: len(got) == n, timeout=10, what=f"all {n} messages")
             assert sorted(int.from_bytes(d[:4], "big") for d in got) == list(range(n))
             # The wait is counted, though not all of it: time spent inside publish() itself refills the
@@ -130,4 +130,7 @@ async def test_stuck_peer_backpressure_is_bounded_and_counted():
             # waited once for the stuck peer, then stopped waiting for it (its messages are dropped)
             assert a.stats.dropped["send_queue_stalled"] == 1, dict(a.stats.dropped)
             assert a.stats.dropped["libp2p_queue_full"] >= 1, dict(a.stats.dropped)
-            assert 0.3 <= elapsed < 3.0, elapsed
+            # It did wait (a lower bound, which load cannot break); that it waited only once is the stall
+            # counter above, not an upper time bound: pushing 22 MB through yamux on a busy 2-core machine
+            # can itself take seconds.
+            assert elapsed >= 0.3, elapsed

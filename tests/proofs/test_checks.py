@@ -41,8 +41,9 @@ def test_other_weights_are_caught(task, other_model, kind, reason, where, number
 def test_laundered_low_precision_is_caught_by_the_sampling_replay(task):
     """bf16 sampling with fp32 logprobs and proofs recomputed: only tokens whose seeded draw flips
     under bf16 betray it, so detection is per token and a batch is caught with a probability that
-    grows with its size (measured: 0/6 batches of 8 completions, 2/6 of 32, 4/6 of 64). A persistent
-    launderer is caught within a few batches of 64 completions, always by the sampling check."""
+    grows with its size. This shows the reason (always the sampling replay) on four fixed batches of
+    64 completions; test_detection_bound.py states and asserts the rate over 200 batches: every
+    laundered batch whose tokens differ from the honest draw is caught."""
     from tests.proofs.conftest import Task
 
     big = Task(task.model, task.tok, prompts=8, spp=8)

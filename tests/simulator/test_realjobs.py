@@ -17,6 +17,8 @@ import pytest
 from simulator.run import run_scenario
 from simulator.scenario import loads
 
+pytestmark = pytest.mark.slow  # every peer runs real torch jobs
+
 ROOT = Path(__file__).resolve().parents[2]
 REAL = "".join(f'[jobs.{kind}]\nmode = "real"\nseconds = {sec}\n'
                for kind, sec in (("init", 5), ("generate", 2), ("train", 2), ("verify", 0.5), ("unpack", 0.2)))

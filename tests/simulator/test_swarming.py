@@ -1,5 +1,7 @@
 """simulator/swarming.py: the shard exchange over the bandwidth model, swarm vs a single-origin star."""
 
+import pytest
+
 from simulator.swarming import SwarmingConfig, compare, run_swarming
 
 
@@ -84,6 +86,7 @@ def test_links_never_exceed_capacity_and_every_byte_arrives():
     assert heap_events > 200
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_result_in_another_process():
     """Nothing may depend on object addresses (a sum over a set of flows did: runs of one seed
     differed between processes by a few percent)."""

@@ -1,8 +1,12 @@
 import copy
 
+import pytest
+
 from trainer.envs import DigitSort
 from trainer.grpo import GRPOConfig
 from trainer.single import SingleConfig, run_single
+
+pytestmark = pytest.mark.slow  # both use `warmed`: the warm-up trains the model first
 
 
 def test_single_loop_runs_trains_and_reports(warmed):
@@ -22,16 +26,24 @@ def test_single_loop_runs_trains_and_reports(warmed):
     assert not model.lm_head.weight.equal(before)
 
 
-def test_checkpoints_stop_the_clock_and_eval_every_zero_evaluates_nothing(warmed):
+def test_checkpoints_stop_the_clock_and_eval_every_zero_evaluates_nothing(warmed, monkeypatch):
+    """A checkpoint moves run_single's clock on by an hour instead of sleeping: were checkpoint time
+    counted, elapsed_s would be hours, so a bound with minutes of slack for a loaded machine still
+    tells the two apart (a sleep with a sub-second margin did not, on a busy 2-core CI)."""
     import time
+    from types import SimpleNamespace
+
+    import trainer.single
 
     model, tok, _, _ = warmed
     model = copy.deepcopy(model)
     seen = []
+    skipped = [0.0]
+    monkeypatch.setattr(trainer.single, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + skipped[0]))
 
     def keep(record, m):  # what bench/learning.py does: copy the weights for offline evaluation
         seen.append((record["step"], m.lm_head.weight.detach().clone()))
-        time.sleep(0.5)
+        skipped[0] += 3600.0
 
     cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=2, group_size=4, lr=1e-3),
                        seconds=60, max_steps=2, eval_every=0)
@@ -40,4 +52,5 @@ def test_checkpoints_stop_the_clock_and_eval_every_zero_evaluates_nothing(warmed
     assert not any("greedy_acc" in r or "sampled_acc" in r for r in history)
     assert not seen[0][1].equal(seen[2][1])  # the copies are of the weights as they were then
     work = sum(r["gen_s"] + r["train_s"] for r in history[1:])
-    assert history[-1]["elapsed_s"] < work + 0.4  # the 1 s spent in the first two checkpoints is not counted
+    assert skipped[0] == 3 * 3600.0  # three checkpoints, an hour each
+    assert history[-1]["elapsed_s"] < work + 120  # the 2 h in the first two checkpoints is not counted

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from trainer.envs import DigitSort
@@ -20,6 +21,7 @@ def test_supervised_batch_scores_only_the_answer():
     assert mask[0].tolist() == [0.0] * (n_prompt - 1) + [1.0] * (len(p.answer) + 1)
 
 
+@pytest.mark.slow
 def test_warmup_reaches_the_base_accuracy_range(warmed):
     model, tok, losses, calls = warmed
     cfg = WarmupConfig()

@@ -10,6 +10,8 @@ from swarm.jobs import GenerateJob, InitJob, TrainJob
 from tests.trainer_jobs.conftest import TASK
 from trainer.jobs import JobError, JobWorker
 
+pytestmark = pytest.mark.slow  # job processes that import torch, and several trained versions
+
 WORKER = b"w" * 32  # with these prompts, as in test_jobs: batches known to hold a signal
 
 

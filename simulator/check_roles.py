@@ -1,0 +1,177 @@
+"""The role invariants over the trace: tasks learned, bans, weight versions, training inputs.
+
+Each is a `Check` fed only trace records; simulator/checkers.py lists them and documents what each
+one asserts. Kept apart from gossip delivery (check_delivery.py) and the metrics (check_metrics.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.check_base import Check, CheckResult
+
+
+class TasksLearned(Check):
+    name = "tasks-learned"
+    kinds = ("task", "emit.task-learned", "start")
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.tasks: dict[str, tuple[float, float]] = {}  # id -> (announced, expires)
+        self.learned: dict[int, set[str]] = {}  # peer -> tasks learned by its current incarnation
+
+    def feed(self, t, peer, kind, f):
+        if kind == "task":
+            self.tasks[f["task_id"]] = (t, f.get("expires", math.inf))
+        elif kind == "start":
+            self.learned[peer] = set()
+        else:
+            self.learned.setdefault(peer, set()).add(f["task_id"])
+
+    def result(self, end, settle):
+        cutoff = end - settle
+        due = sorted(tid for tid, (at, expires) in self.tasks.items() if at <= cutoff and expires > end)
+        missing = []
+        checked = 0
+        for peer, since in sorted(self.peers.up_since.items()):
+            if not self.peers.honest(peer) or since > cutoff:
+                continue
+            checked += 1
+            for tid in due:
+                if tid not in self.learned.get(peer, ()):
+                    missing.append({"peer": peer, "task": tid})
+        return CheckResult(not missing, f"{checked} honest peers x {len(due)} tasks; {len(missing)} missing", missing)
+
+
+class HonestNotBanned(Check):
+    name = "honest-not-banned"
+    kinds = ("emit.peer-banned",)
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.bad: list[dict] = []
+        self.bans = 0
+
+    def feed(self, t, peer, kind, f):
+        self.bans += 1
+        target = self.peers.index.get(f.get("peer"))
+        if self.peers.honest(peer) and target is not None and self.peers.honest(target):
+            self.bad.append({"t": round(t, 3), "by": peer, "banned": target, "reason": f.get("reason")})
+
+    def result(self, end, settle):
+        return CheckResult(not self.bad, f"{self.bans} bans, {len(self.bad)} of honest peers by honest peers", self.bad)
+
+
+class VersionsForward(Check):
+    name = "versions-forward"
+    kinds = ("emit.version-installed", "start")
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.current: dict[tuple[int, str], int] = {}
+        self.bad: list[dict] = []
+        self.events = 0
+
+    def feed(self, t, peer, kind, f):
+        if kind == "start":
+            for key in [k for k in self.current if k[0] == peer]:
+                del self.current[key]
+            return
+        self.events += 1
+        key = (peer, f["task_id"])
+        version = int(f["version"])
+        if key in self.current and version < self.current[key]:
+            self.bad.append({"t": round(t, 3), "peer": peer, "task": f["task_id"], "from": self.current[key],
+                             "to": version})
+        self.current[key] = max(version, self.current.get(key, version))
+
+    def result(self, end, settle):
+        return CheckResult(not self.bad, f"{self.events} installs, {len(self.bad)} backwards", self.bad)
+
+
+class TrainingAdvances(Check):
+    """Progress, not only safety: every task whose trainer published a version also published one in the
+    last third of the time since (a trainer that lost a batch for good once sat at version 0 for an
+    hour while every safety check passed)."""
+
+    name = "training-advances"
+    kinds = ("emit.version-published",)
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.first: dict[str, float] = {}  # task -> when its first version was published
+        self.last: dict[str, tuple[float, int]] = {}  # task -> (when, version) of its newest
+
+    def feed(self, t, peer, kind, f):
+        task = f["task_id"]
+        self.first.setdefault(task, t)
+        if task not in self.last or int(f["version"]) > self.last[task][1]:
+            self.last[task] = (t, int(f["version"]))
+
+    def result(self, end, settle):
+        stalled = []
+        for task in sorted(self.first):
+            since = self.first[task] + (end - self.first[task]) * 2 / 3
+            at, version = self.last[task]
+            if at < since:
+                stalled.append({"task": task, "newest": version, "published_at": round(at, 3),
+                                "none_since": round(since, 3)})
+        return CheckResult(not stalled, f"{len(self.first)} tasks, {len(stalled)} without a version in the "
+                                        f"last third of their run", stalled)
+
+
+class NoBadTraining(Check):
+    name = "no-bad-training"
+    kinds = ("emit.rollout-trained", "emit.peer-banned", "job-done")
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.banned_by: dict[int, set[str]] = {}
+        self.forgers: set[int] = set()
+        self.bad: list[dict] = []
+        self.events = 0
+
+    def feed(self, t, peer, kind, f):
+        if kind == "emit.peer-banned":
+            self.banned_by.setdefault(peer, set()).add(f.get("peer"))
+        elif kind == "job-done":
+            if f.get("honest") is False:
+                self.forgers.add(peer)
+        else:
+            self.events += 1
+            worker_id = f.get("worker")
+            worker = self.peers.index.get(worker_id)
+            why = ""
+            if worker is not None and self.peers.adversary.get(worker):
+                why = f"worker is an adversary ({self.peers.adversary[worker]})"
+            elif worker is not None and worker in self.forgers:
+                why = "worker produced forged job results"
+            elif worker_id in self.banned_by.get(peer, ()):
+                why = "worker was banned by this trainer"
+            if why:
+                self.bad.append({"t": round(t, 3), "trainer": peer, "worker": worker_id, "task": f.get("task_id"),
+                                 "commitment": f.get("commitment_id"), "why": why})
+
+    def result(self, end, settle):
+        return CheckResult(not self.bad, f"{self.events} rollouts trained, {len(self.bad)} from bad sources", self.bad)
+
+
+class AdversariesBanned(Check):
+    name = "adversaries-banned"
+    kinds = ("emit.peer-banned",)
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.banned: dict[int, int] = {}
+
+    def feed(self, t, peer, kind, f):
+        target = self.peers.index.get(f.get("peer"))
+        if target is not None and self.peers.honest(peer) and self.peers.adversary.get(target):
+            self.banned[target] = self.banned.get(target, 0) + 1
+
+    def result(self, end, settle):
+        expected = sorted(p for p, kind in self.peers.adversary.items()
+                          if kind and self.peers.detectable.get(p) and p in self.peers.intervals)
+        missing = [{"peer": p, "kind": self.peers.adversary[p]} for p in expected if p not in self.banned]
+        return CheckResult(not missing, f"{len(expected) - len(missing)}/{len(expected)} detectable adversaries "
+                                        f"banned by honest peers", missing)
