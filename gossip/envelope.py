@@ -48,11 +48,11 @@ def _unpack(data: bytes) -> object:
     return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=True, ext_hook=_refuse_ext)
 
 
-def _signed_bytes(version: int, kind: str, body: bytes) -> bytes:
+def signed_bytes(version: int, kind: str, body: bytes) -> bytes:
     return _DOMAIN + msgpack.packb([version, kind, body], use_bin_type=True)
 
 
-def _pack_envelope(version: int, kind: str, body: bytes, signer: bytes, sig: bytes) -> bytes:
+def pack_envelope(version: int, kind: str, body: bytes, signer: bytes, sig: bytes) -> bytes:
     return msgpack.packb({"v": version, "kind": kind, "body": body, "signer": signer, "sig": sig},
                          use_bin_type=True)
 
@@ -62,8 +62,8 @@ def seal(identity: Identity, message: Message) -> SignedMessage:
     body = message.body_bytes()
     if len(body) > message.MAX_BODY:
         raise ValueError(f"{message.KIND} body is {len(body)} bytes, at most {message.MAX_BODY}")
-    sig = identity.sign(_signed_bytes(VERSION, message.KIND, body))
-    wire = _pack_envelope(VERSION, message.KIND, body, identity.public_key, sig)
+    sig = identity.sign(signed_bytes(VERSION, message.KIND, body))
+    wire = pack_envelope(VERSION, message.KIND, body, identity.public_key, sig)
     return SignedMessage(message, identity.public_key, blake2b256(wire), wire)
 
 
@@ -93,10 +93,10 @@ def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
     cls = MESSAGE_KINDS[kind]
     if len(body) > cls.MAX_BODY:
         raise Rejected(OVERSIZED, f"{kind} body is {len(body)} bytes, at most {cls.MAX_BODY}")
-    if not verify_signature(signer, _signed_bytes(version, kind, body), sig):
+    if not verify_signature(signer, signed_bytes(version, kind, body), sig):
         raise Rejected(BAD_SIGNATURE, f"{kind} signature does not verify")
     message = decode_body(cls, body)
-    wire = _pack_envelope(version, kind, body, signer, sig)
+    wire = pack_envelope(version, kind, body, signer, sig)
     return SignedMessage(message, signer, blake2b256(wire), wire)
 
 

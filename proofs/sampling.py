@@ -45,7 +45,7 @@ def gumbel_noise(generator: torch.Generator, vocab_size: int) -> torch.Tensor:
     Bit-for-bit the draw of `trainer.inference.gumbel_noise` (a test holds them equal); repeated
     here because proofs/ sits below trainer/ in the import order.
     """
-    return _gumbel(torch.rand(vocab_size, generator=generator, dtype=torch.float32))
+    return gumbel_of_uniforms(torch.rand(vocab_size, generator=generator, dtype=torch.float32))
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def _evidence_group(group, temperature: float) -> list[SampleEvidence]:
     if temperature > 0:
         uniforms = torch.cat([torch.rand((n, logits.shape[1]), generator=torch.Generator().manual_seed(int(seed)),
                                          dtype=torch.float32) for n, (_, _, _, seed) in zip(lengths, group)])
-        scores = logits / temperature + _gumbel(uniforms)
+        scores = logits / temperature + gumbel_of_uniforms(uniforms)
     else:
         scores = logits
     replay = scores.argmax(-1)
@@ -158,7 +158,7 @@ def _evidence_group(group, temperature: float) -> list[SampleEvidence]:
     return out
 
 
-def _gumbel(u: torch.Tensor) -> torch.Tensor:
+def gumbel_of_uniforms(u: torch.Tensor) -> torch.Tensor:
     """Gumbel(0, 1) from uniforms, elementwise (the transform of `gumbel_noise`)."""
     return -torch.log(-torch.log(u.clamp_min(1e-20)))
 

@@ -78,7 +78,7 @@ def _seq(f: _Flow) -> int:
     return f.seq
 
 
-class _Net:
+class ExchangeNet:
     """Events plus local-fair-share transfers (module docstring)."""
 
     def __init__(self, n: int, Bps: float) -> None:
@@ -180,7 +180,7 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
     links = _graph(n, cfg.degree, rng) if not star else [set(range(1, n))] + [{0} for _ in range(1, n)]
     hops = _hops(links)
     lat = cfg.latency_ms / 1000.0
-    net = _Net(n, cfg.mbps * 1e6 / 8)
+    net = ExchangeNet(n, cfg.mbps * 1e6 / 8)
     ex = [ShardExchange(Rng(stable_seed("swarming", cfg.seed, i)), xcfg, hasher) for i in range(n)]
     stores: list[set] = [set() for _ in range(n)]  # shard digests each peer has stored
     done_at: dict[int, float] = {}

@@ -212,7 +212,7 @@ def make_optimizer(model: torch.nn.Module, cfg: GRPOConfig) -> torch.optim.Optim
                              weight_decay=cfg.weight_decay)
 
 
-def _has_dropout(model) -> bool:
+def has_dropout(model) -> bool:
     """Whether a training forward pass is random (then it cannot stand in for the proximal pass)."""
     config = getattr(getattr(model, "config", None), "__dict__", {})
     rates = [v for k, v in config.items() if "dropout" in k and isinstance(v, (int, float))]
@@ -236,7 +236,7 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None, o
         # every minibatch is clipped around the weights before the first update; the first one's
         # own training forward pass is at those weights, so without dropout only the others need
         # a pass of their own
-        first = 1 if not _has_dropout(model) else 0
+        first = 1 if not has_dropout(model) else 0
         model.eval()
         with torch.no_grad():
             proximal[first:] = [token_logprobs(model, mb.input_ids.to(device)) for mb, _ in minibatches[first:]]

@@ -34,23 +34,23 @@ def test_random_bytes(data):
 @FUZZ
 @given(st.sampled_from(sorted(MESSAGE_KINDS)), msgpack_values)
 def test_random_bodies_signed_by_a_valid_key(kind, body_obj):
-    from gossip.envelope import VERSION, _pack_envelope, _signed_bytes
+    from gossip.envelope import VERSION, pack_envelope, signed_bytes
     body = msgpack.packb(body_obj, use_bin_type=True)
-    wire = _pack_envelope(VERSION, kind, body, ALICE.public_key, ALICE.sign(_signed_bytes(VERSION, kind, body)))
+    wire = pack_envelope(VERSION, kind, body, ALICE.public_key, ALICE.sign(signed_bytes(VERSION, kind, body)))
     _opens_or_rejects(wire)
 
 
 @FUZZ
 @given(st.sampled_from(all_messages()), st.dictionaries(st.text(max_size=12), msgpack_values, max_size=3))
 def test_sample_bodies_with_fields_replaced(message, replacements):
-    from gossip.envelope import VERSION, _pack_envelope, _signed_bytes
+    from gossip.envelope import VERSION, pack_envelope, signed_bytes
     obj = message.to_wire()
     for key, value in replacements.items():
         target = key if key in obj else sorted(obj)[len(key) % len(obj)]
         obj[target] = value
     body = msgpack.packb(obj, use_bin_type=True)
-    wire = _pack_envelope(VERSION, message.KIND, body, ALICE.public_key,
-                          ALICE.sign(_signed_bytes(VERSION, message.KIND, body)))
+    wire = pack_envelope(VERSION, message.KIND, body, ALICE.public_key,
+                          ALICE.sign(signed_bytes(VERSION, message.KIND, body)))
     _opens_or_rejects(wire)
 
 

@@ -76,9 +76,9 @@ def test_unsigned_and_garbage_and_oversized():
 
 def _resign(body_obj, kind="task"):
     """Sign a hand-made body, as a malicious peer with a valid key would."""
-    from gossip.envelope import VERSION, _pack_envelope, _signed_bytes
+    from gossip.envelope import VERSION, pack_envelope, signed_bytes
     body = msgpack.packb(body_obj, use_bin_type=True)
-    return _pack_envelope(VERSION, kind, body, ALICE.public_key, ALICE.sign(_signed_bytes(VERSION, kind, body)))
+    return pack_envelope(VERSION, kind, body, ALICE.public_key, ALICE.sign(signed_bytes(VERSION, kind, body)))
 
 
 @pytest.mark.parametrize("field, value", [

@@ -65,13 +65,13 @@ def test_bootstrap_death_restart_and_signals(tmp_path):
 
 
 def _garbage_payloads() -> list[bytes]:
-    from tests.node_p2p.test_garbage import _stream_payloads
-    return _stream_payloads()
+    from tests.node_p2p.test_garbage import stream_payloads
+    return stream_payloads()
 
 
 async def test_garbage_on_every_protocol_then_still_serving(tmp_path):
     from node.p2p import HostConfig, open_host
-    from tests.node_p2p.test_garbage import _raw_tcp_garbage
+    from tests.node_p2p.test_garbage import raw_tcp_garbage
 
     victim_dir, good_dir = tmp_path / "victim", tmp_path / "good"
     procs = []
@@ -83,7 +83,7 @@ async def test_garbage_on_every_protocol_then_still_serving(tmp_path):
             lambda: start_peer(["--join", addr, "--data-dir", str(good_dir), *FAST], good_dir / "log"))
         procs.append(good)
         victim_id = addr.rsplit("/", 1)[1]
-        await _raw_tcp_garbage(int(addr.split("/")[4]))
+        await raw_tcp_garbage(int(addr.split("/")[4]))
 
         async with open_host(HostConfig(seed=os.urandom(32))) as attacker:
             await attacker.connect(addr)

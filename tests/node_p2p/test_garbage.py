@@ -21,7 +21,7 @@ TOPIC = "swarm/1/test"
 BLOB = "/swarm/blob/1"
 
 
-def _stream_payloads() -> list[bytes]:
+def stream_payloads() -> list[bytes]:
     bad_key_msg = rpc_pb2.Message(
         data=b"x", topicIDs=[TOPIC], from_id=os.urandom(20), seqno=b"\0" * 8, signature=b"sig", key=b"\x08\x01junk"
     )
@@ -45,7 +45,7 @@ def _stream_payloads() -> list[bytes]:
     ]
 
 
-async def _raw_tcp_garbage(port: int) -> None:
+async def raw_tcp_garbage(port: int) -> None:
     for payload in (os.urandom(4096), b"\x13/multistream/1.0.0\n\x07/noise\n" + os.urandom(300), b"\xff" * 64, b""):
         sock = await trio.open_tcp_stream("127.0.0.1", port)
         try:
@@ -71,13 +71,13 @@ async def test_garbage_everywhere_then_still_serving():
             await link(atk, victim)
 
             port = int(victim.listen_addrs()[0].split("/")[4])
-            await _raw_tcp_garbage(port)
+            await raw_tcp_garbage(port)
 
             protocols = sorted(str(p) for p in victim._host.get_mux().handlers if p is not None)
             assert {"/meshsub/1.1.0", BLOB, "/ipfs/id/1.0.0", "/ipfs/ping/1.0.0"} <= set(protocols)
             assert not any(p.startswith("/meshsub/1.2") or "plaintext" in p for p in protocols)
             for proto in protocols:
-                for payload in _stream_payloads():
+                for payload in stream_payloads():
                     try:
                         stream = await atk._raw_stream(victim.peer_id, proto)
                         await stream.write(payload)

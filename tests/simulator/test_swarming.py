@@ -29,9 +29,9 @@ def test_the_simulated_exchange_is_the_nodes():
 
 
 def _net(n: int):
-    from simulator.swarming import _Net
+    from simulator.swarming import ExchangeNet
 
-    return _Net(n, 1.0)
+    return ExchangeNet(n, 1.0)
 
 
 def _link_loads(net) -> list[float]:

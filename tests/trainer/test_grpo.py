@@ -257,16 +257,16 @@ def test_grpo_step_decoupled_on_fresh_rollouts_takes_the_on_policy_step(builtin)
 
 def test_a_model_with_dropout_gets_its_own_proximal_pass(builtin):
     """The first minibatch's training forward stands in for the proximal pass only when it is not random."""
-    from trainer.grpo import _has_dropout
+    from trainer.grpo import has_dropout
 
     model, _ = builtin
-    assert not _has_dropout(model)
-    assert _has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
-    assert not _has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+    assert not has_dropout(model)
+    assert has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    assert not has_dropout(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
     config_only = torch.nn.Linear(2, 2)
     config_only.config = type("Config", (), {})()
     config_only.config.attention_dropout = 0.1  # HF attention applies it functionally, in training only
-    assert _has_dropout(config_only)
+    assert has_dropout(config_only)
 
 
 def test_grpo_step_decoupled_still_learns_from_a_stale_wrong_answer(builtin):
