@@ -16,6 +16,7 @@ import pytest
 
 from node.records import read_records
 
+from ..node.helpers import wait_while_running as wait_for
 from ..node.test_local_resume import TASK
 
 pytestmark = pytest.mark.slow
@@ -26,17 +27,6 @@ def launch(base, task_file, log):
     return subprocess.Popen([sys.executable, "-m", "node.cli", "local", "--peers", "3", "--base-dir", str(base),
                              "--task", str(task_file), "--heartbeat-interval", "0.5", "--restart-dead"], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-
-
-def wait_for(predicate, proc, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"swarm-node local exited while waiting for {what}"
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def pid_of(out: str, peer: int) -> int:

@@ -20,3 +20,15 @@ def wait_for(predicate, timeout: float, what: str, step: float = 0.25):
             pass
         time.sleep(step)
     raise AssertionError(f"timed out waiting for {what} (last: {last})")
+
+
+def wait_while_running(predicate, proc, timeout: float, what: str):
+    """`predicate`'s first true value, polled while `proc` (a `swarm-node local`) keeps running."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"swarm-node local exited while waiting for {what}"
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from node.records import read_records
+from tests.node.helpers import wait_while_running as wait_for
 
 pytestmark = pytest.mark.slow
 TASK = """[task]
@@ -45,17 +46,6 @@ def launch(base, task_file, log):
 
 def versions(base):
     return list(read_records(base / "peer0", "version-published"))
-
-
-def wait_for(predicate, proc, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"swarm-node local exited early while waiting for {what}"
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def ctrl_c(proc):
