@@ -11,6 +11,7 @@ import json
 import os
 import secrets
 import socket
+import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -109,3 +110,14 @@ def call(data_dir: Path, cmd: str, args: dict | None = None, timeout: float = 10
     if not reply.get("ok"):
         raise ControlError(reply.get("error", "unknown error"))
     return reply.get("result")
+
+
+def call_when_up(data_dir: Path, cmd: str, args: dict | None = None, attempts: int = 50, delay: float = 0.2) -> Any:
+    """`call`, retried while the node is still starting (its control file or port not there yet)."""
+    for i in range(attempts):
+        try:
+            return call(data_dir, cmd, args)
+        except ControlError:
+            if i == attempts - 1:
+                raise
+            time.sleep(delay)

@@ -16,7 +16,7 @@ import time
 import tomllib
 from pathlib import Path
 
-from node.control import ControlError, call
+from node.control import ControlError, call, call_when_up
 from node.keeper import Keeper
 from node.procs import start_peer, stop_processes
 from node.records import read_records
@@ -80,18 +80,18 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
                  f"{' (--task ignored)' if task_file else ''}; delete that file to start a new task")
         else:
             table, created_at = tomllib.loads(Path(task_file or EXAMPLE).read_text()), time.time()
-        cheater_ids.update({i: _retry(lambda: call(dirs[i], "status"))["peer_id"] for i in cheaters})
+        cheater_ids.update({i: call_when_up(dirs[i], "status")["peer_id"] for i in cheaters})
         for i, kind in sorted(cheaters.items()):
             _say(f"peer{i} {cheater_ids[i]} is malicious: {kind}")
             if kind == "lying-validator" and cheater_ids[i] not in table["task"].get("validators", []):
                 table["task"]["validators"] = list(table["task"].get("validators", [])) + [cheater_ids[i]]
-        task_id = _retry(lambda: call(dirs[0], "announce-task", {"task": table, "created_at": created_at}))["task_id"]
+        task_id = call_when_up(dirs[0], "announce-task", {"task": table, "created_at": created_at})["task_id"]
         _save_task(base_dir, {"task": table, "created_at": created_at, "task_id": task_id})
         _say(f"announced task {task_id} ({table['task']['name']})")
         end = None if duration is None else time.monotonic() + duration
 
         def reannounce() -> None:  # same table and created_at: the same task id, which the trainer resumes
-            _retry(lambda: call(dirs[0], "announce-task", {"task": table, "created_at": created_at}))
+            call_when_up(dirs[0], "announce-task", {"task": table, "created_at": created_at})
 
         keeper = Keeper(procs, dirs, specs, restart_dead, reannounce, log=_say)
         if tui:
@@ -204,16 +204,6 @@ _LOG = None  # where progress goes while the TUI owns the terminal
 
 def _say(text: str) -> None:
     print(f"[local] {text}", file=_LOG or sys.stdout, flush=True)
-
-
-def _retry(fn, attempts: int = 50, delay: float = 0.2):
-    for i in range(attempts):
-        try:
-            return fn()
-        except ControlError:
-            if i == attempts - 1:
-                raise
-            time.sleep(delay)
 
 
 def _quiet_call(data_dir: Path, cmd: str, args: dict | None = None):

@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from node.control import ControlError, call  # noqa: E402
+from node.control import ControlError, call, call_when_up  # noqa: E402
 from node.procs import start_peer, stop_processes  # noqa: E402
 from node.taskfile import EXAMPLE  # noqa: E402
 
@@ -65,7 +65,7 @@ def main() -> int:
                                   "--roles", "worker" if jobs else "relay"], d / "node.log")
             procs.append(proc)
         say(f"4 peers up ({'trainer + 3 workers' if jobs else '4 relays'}), data dirs under {base}")
-        task = _retry(lambda: call(dirs[0], "announce-task", {"task": tomllib.loads(EXAMPLE.read_text())}))
+        task = call_when_up(dirs[0], "announce-task", {"task": tomllib.loads(EXAMPLE.read_text())})
         say(f"announced task {task['task_id']}")
         _wait_for_swarm(dirs, args.settle, jobs, args.wait, args.versions)
         cols, rows = args.size.split("x")
@@ -98,16 +98,6 @@ def main() -> int:
 
 def say(text: str) -> None:
     print(f"[tui_capture] {text}", flush=True)
-
-
-def _retry(fn, attempts: int = 50, delay: float = 0.2):
-    for i in range(attempts):
-        try:
-            return fn()
-        except ControlError:
-            if i == attempts - 1:
-                raise
-            time.sleep(delay)
 
 
 def _wait_for_swarm(dirs: list[Path], settle: float, jobs: bool, wait: float, versions: int) -> None:
