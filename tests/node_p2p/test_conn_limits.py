@@ -14,7 +14,7 @@ import trio
 from node.p2p import ConnLimits
 from node.p2p.conngate import CONN_FLOOD, Conn, ConnGate, pick_trim
 
-from .helpers import open_hosts
+from .helpers import open_hosts, wait_until
 
 LIMITS = ConnLimits(handshake_timeout=5.0, grace=1.0, max_pending=6, max_pending_per_ip=3, max_conns=10,
                     reserved_known=4, max_conns_per_ip=5, max_conns_per_peer=2)
@@ -99,3 +99,22 @@ async def test_a_silent_socket_is_closed_at_the_handshake_deadline():
         assert host.stats.connections_refused["handshake_timeout"] == 1
         await other.connect(host.listen_addrs()[0])  # a real peer still gets in
         assert host.is_known(other.peer_id) is False and other.is_known(host.peer_id) is True
+
+
+async def test_reserved_slots_and_trimming_on_a_live_host():
+    limits = ConnLimits(max_conns=3, reserved_known=1)
+    async with open_hosts(1, "full", conn_limits=limits) as (host,), open_hosts(5, "dialer") as dialers:
+        known = {dialers[3].peer_id, dialers[4].peer_id}
+        host.set_known_peers(lambda: known)
+        addr = host.listen_addrs()[0]
+        for d in dialers[:3]:  # unknown peers get max_conns - reserved_known = 2 slots
+            await d.connect(addr)
+            await trio.sleep(0.2)
+        await wait_until(lambda: host.stats.connections_refused["full"] == 1, what="third unknown peer refused")
+        await wait_until(lambda: dialers[2].peer_id not in host.connected_peers(), what="refused peer dropped")
+        await dialers[3].connect(addr)  # known: takes the reserved slot
+        await trio.sleep(0.2)
+        await dialers[4].connect(addr)  # known, table full: the newest unknown peer is trimmed for it
+        await wait_until(lambda: set(host.connected_peers()) == {dialers[0].peer_id, dialers[3].peer_id,
+                                                                 dialers[4].peer_id}, what="trim")
+        assert host.stats.connections_refused["trimmed"] == 1
