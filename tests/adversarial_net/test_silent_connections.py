@@ -34,7 +34,7 @@ from .conftest import ROOT, stop
 SYNC = "/swarm/sync/1"
 ATTACK_SOCKETS = 300
 HONEST_DIALS = 10
-FD_BOUND = 160  # victim's open fds during the attack: was ~300+ (one per held socket) before the gate
+FD_BOUND = 160  # victim's open fds during the attack; without the gate it holds one per attacker socket
 RSS_GROWTH_MB = 48
 
 
