@@ -67,6 +67,9 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             host.set_validator(driver.validate)
             host.on_peer_event(driver.on_peer_event)
             host.on_penalty(driver.on_penalty)
+            # Peers in the address book (alive in membership, task peers among them) keep reserved
+            # inbound slots and are never trimmed (node/p2p/conngate.py).
+            host.set_known_peers(core.membership.alive_peers)
             host.set_request_handler(protocols.SYNC, lambda peer, data: driver.handle_request(protocols.SYNC, peer, data))
             host.set_request_handler(protocols.BLOB, _blob_handler(driver, blobs))
             host.set_request_handler(protocols.SHARD, lambda peer, data: driver.handle_request(protocols.SHARD, peer, data))

@@ -2,14 +2,16 @@
 
 Import from here; the submodules each do one job:
 config (settings, errors), build (construct libp2p objects), host (the Host API, open_host),
-guard (exception containment), reqresp + framing (request streams), ratelimit, events, stats.
+guard (exception containment), conngate + connguard (inbound connection limits), reqresp + framing (request streams), ratelimit, events, stats.
 """
 
+from .conngate import ConnLimits
 from .config import DialError, HostConfig, MessageTooLarge, P2PError, RequestError
 from .host import Host, open_host
 from .stats import HostStats
 
 __all__ = [
+    "ConnLimits",
     "DialError",
     "Host",
     "HostConfig",

@@ -35,6 +35,7 @@ PENALTY_POINTS: dict[str, float] = {
     "request_slow": 10.0,  # started a frame but did not finish it within the read deadline
     "request_flood": 5.0,  # asked for more concurrent slots than its share
     "pubsub_garbage": 25.0,  # a meshsub frame that does not parse
+    "conn_flood": 10.0,  # more inbound connections at once than conn_limits.max_conns_per_peer
 }
 DEFAULT_POINTS = 10.0
 

@@ -7,6 +7,8 @@ Each choice below answers a measured py-libp2p 0.8.1 trap (DESIGN.md):
   protection off (10 msg/s per topic cap), adaptive gossip off (stretches the heartbeat to 30-60 s),
   eclipse protection off (IP diversity is meaningless for peers sharing a machine or NAT);
 - auto-connector off: it redials peerstore entries, which would undo disconnect() of a cheater;
+- inbound connections pass connguard.ConnGuard first (handshake deadline, per-address and total
+  bounds, evicting silent sockets instead of refusing newcomers; why not libp2p/rcmgr: see there);
 - pubsub signing StrictSign, as go-, js- and rust-libp2p default to: every message carries `from`,
   a seqno and a signature by the sender's libp2p key, and unsigned ones are dropped. Without it no
   other stack accepts our gossip. The Ed25519 envelope inside (gossip/envelope.py) stays: it binds the
@@ -39,6 +41,7 @@ from libp2p.stream_muxer.yamux.yamux import Yamux
 from multiaddr import Multiaddr
 
 from .budget import PenaltyBox
+from .connguard import ConnGuard
 from .config import HostConfig
 from . import records
 from .guard import GuardedGossipSub, GuardedPubsub
@@ -71,6 +74,7 @@ class Parts:
     router: GuardedGossipSub
     listen_addr: Multiaddr
     penalties: PenaltyBox
+    conn_guard: ConnGuard
 
 
 def build(config: HostConfig, stats: HostStats) -> Parts:
@@ -84,7 +88,9 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
         sec_opt={NOISE_PROTOCOL_ID: noise},
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
         listen_addrs=[listen_addr],
-        connection_config=ConnectionConfig(),
+        # The library's upgrade timeout is a backstop: connguard closes a socket whose handshake is
+        # unfinished at conn_limits.handshake_timeout, a second earlier.
+        connection_config=ConnectionConfig(inbound_upgrade_timeout=config.conn_limits.handshake_timeout + 1.0),
         # Advertise only what we listen on; observed addresses reported by arbitrary peers are not
         # worth trusting for a swarm that dials from gossip.
         disable_identify_address_discovery=True,
@@ -92,6 +98,8 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
     assert isinstance(host, BasicHost)
     network = host.get_network()
     network.auto_connector = DisabledAutoConnector(network)  # type: ignore[attr-defined]
+    conn_guard = ConnGuard(config.conn_limits, stats, penalties)
+    conn_guard.install(network)
 
     router = GuardedGossipSub(
         protocols=list(GOSSIPSUB_PROTOCOLS),
@@ -107,4 +115,5 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
     )
     pubsub = GuardedPubsub(host, router, strict_signing=True, msg_id_constructor=content_msg_id,
                            guard_stats=stats, penalties=penalties)
-    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr, penalties=penalties)
+    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr, penalties=penalties,
+                 conn_guard=conn_guard)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .conngate import ConnLimits
+
 
 @dataclass(frozen=True)
 class HostConfig:
@@ -49,6 +51,9 @@ class HostConfig:
     penalty_block_points: float | None = None
     penalty_block_seconds: float = 300.0
     dial_timeout_default: float = 5.0
+    # Inbound connections: handshake deadline, pending and established bounds per source address and
+    # in total, slots reserved for known peers (conngate.py says why each one exists).
+    conn_limits: ConnLimits = ConnLimits()
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, (bytes, bytearray)) or len(self.seed) != 32:

@@ -8,7 +8,7 @@ connection that arrives before Pubsub runs stalls its own setup), and tears all 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 ValidatorFn = Callable[[str, bytes, str], bool]
 
 _QUEUE_POLL_S = 0.005
+_DIALED_KEEP = 1024
 
 
 class Host:
@@ -56,6 +57,9 @@ class Host:
         self._events = PeerEvents(self.peer_id, stats)
         parts.host.get_network().register_notifee(self._events)
         self._events.add_callback(self._refuse_blocked)
+        self._known_fn: Callable[[], Iterable[str]] = lambda: ()
+        self._dialed: dict[str, None] = {}  # peers we dialed, oldest first (bounded: _DIALED_KEEP)
+        parts.conn_guard.set_known(self.is_known)
 
     # ---- addresses and connections -------------------------------------------------------------
 
@@ -76,7 +80,12 @@ class Host:
             raise DialError(f"timed out after {timeout}s dialing {multiaddr}") from None
         except Exception as exc:  # SwarmException, OpenConnectionError, ExceptionGroup of those, ...
             raise DialError(f"could not connect to {multiaddr}: {_describe(exc)}") from exc
-        return str(info.peer_id)
+        peer = str(info.peer_id)
+        self._dialed.pop(peer, None)
+        self._dialed[peer] = None
+        if len(self._dialed) > _DIALED_KEEP:
+            del self._dialed[next(iter(self._dialed))]
+        return peer
 
     async def disconnect(self, peer_id: str) -> None:
         try:
@@ -108,6 +117,17 @@ class Host:
             if text not in out:
                 out.append(text)
         return out
+
+    def set_known_peers(self, fn: Callable[[], Iterable[str]]) -> None:
+        """fn() -> the peer ids the node values (its address book, its task peers). With the gossip mesh
+        and the peers we dialed they are "known": inbound connections keep HostConfig.conn_limits'
+        reserved slots for them, and trimming never closes them."""
+        self._known_fn = fn
+
+    def is_known(self, peer_id: str) -> bool:
+        if peer_id in self._dialed or any(str(p) == peer_id for mesh in self._router.mesh.values() for p in mesh):
+            return True
+        return peer_id in set(self._known_fn())
 
     def on_penalty(self, fn: Callable[[str, str], None]) -> None:
         """fn(peer_id, reason) each time a peer abuses a stream-level budget (budget.PENALTY_POINTS):

@@ -2,14 +2,16 @@
 
 It runs the guarded host (node/p2p) with small handlers on the swarm's request protocols and prints
 its multiaddr on the first stdout line. ``/test/status/1`` answers with the host's counters, the
-penalty events it surfaced (what the node would feed to its reputation ledger) and its RSS, so a
-test can check "still answers within 2 s" and "stays under a memory bound" from outside.
+penalty events it surfaced (what the node would feed to its reputation ledger), its RSS and its open
+file descriptors, so a test can check "still answers within 2 s" and "stays under a memory (and fd)
+bound" from outside.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 
 import trio
@@ -42,7 +44,8 @@ async def main(name: str) -> None:
 
         async def status(peer: str, data: bytes) -> bytes:
             return json.dumps({"stats": host.stats.snapshot(), "rss_kb": rss_kb(), "penalty_events": events,
-                               "connected": host.connected_peers()}).encode()
+                               "connected": host.connected_peers(),
+                               "fds": len(os.listdir("/proc/self/fd"))}).encode()
 
         for protocol in SWARM_PROTOCOLS:
             host.set_request_handler(protocol, answer)
