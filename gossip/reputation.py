@@ -3,13 +3,18 @@
 Nothing here is shared or trusted from others: a peer's ledger changes only through what the peer
 itself observed (a bad message, a failed check with evidence). A score below `ban_below` bans, and
 so does proven cheating at once.
-Bounded: at most `capacity` peers are tracked; the least active unbanned peer is forgotten first.
+
+Bounded so that fresh keys cannot grow it: at most `capacity` peers are tracked. When full, the
+oldest record *without history* (fewer than `HISTORY` accepted messages, no rejection, no ban: what
+a key minted for one message looks like) is forgotten; records with history are passed over and
+kept, so a key-per-message flood only recycles the neutral part of the table.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import islice
 
 from gossip import errors
 
@@ -43,6 +48,8 @@ PENALTIES: dict[str, float] = {
 DEFAULT_PENALTY = 5.0
 ACCEPT_REWARD = 0.1
 MAX_SCORE = 20.0
+HISTORY = 8  # accepted messages after which a record is kept before neutral ones
+EVICTION_SCAN = 64  # records looked at per eviction (those with history move to the back)
 VOUCHED = "*"  # PeerRecord.via once a signer's messages reached us by two paths (never a peer id)
 
 
@@ -86,9 +93,23 @@ class ReputationLedger:
         return rec
 
     def _forget_one(self) -> None:
-        candidates = sorted((r.last_event, p) for p, r in self._peers.items() if not r.banned)
-        victim = candidates[0][1] if candidates else min(self._peers)
-        del self._peers[victim]
+        """Forget the oldest record without history. Records with history met on the way get a second
+        chance (moved to the back), so each eviction looks at a bounded number of records."""
+        peers = self._peers
+        victim = fallback = None
+        passed = []
+        for peer in islice(peers, EVICTION_SCAN):
+            rec = peers[peer]
+            if not rec.banned:
+                if rec._rejected is None and rec.accepted < HISTORY:
+                    victim = peer
+                    break
+                fallback = fallback or peer
+            passed.append(peer)
+        for peer in passed:
+            peers[peer] = peers.pop(peer)
+        victim = victim or fallback or next(iter(peers))
+        del peers[victim]
         self._banned.discard(victim)
 
     def accept(self, peer: str, now: float) -> PeerRecord:

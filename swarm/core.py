@@ -63,6 +63,8 @@ class CoreConfig:
     seen_ttl: float = 900.0  # > message_window, so any replay inside the window is recognised
     sender_rate: float = 200.0  # messages/s one signer may make us process
     sender_burst: float = 400.0
+    fresh_signer_rate: float = 20.0  # messages/s from signers we have no record of, per forwarder
+    fresh_signer_burst: float = 200.0
     sync_timeout: float = 5.0
     maintain_interval: float = 2.0
     sweep_interval: float = 1.0

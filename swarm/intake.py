@@ -2,9 +2,14 @@
 
 Forwarder not banned, known topic, a well-formed envelope with a good signature (size and schema
 are checked in `open_envelope`), the kind allowed on that topic, signer not banned, not seen
-before, signer within its rate. A failure is a `MessageVerdict(False, reason)` and a penalty for
+before, forwarder within its rate of new signers, signer within its rate. A failure is a `MessageVerdict(False, reason)` and a penalty for
 whoever is to blame (the signer once its signature is good, else the forwarder), never an
 exception: the network decides nothing, the core only answers.
+
+Two rate limits, because a key costs nothing to make: per signer (`sender_rate`), and per forwarder
+on messages whose signer we have no record of (`fresh_signer_rate`). Honest gossip brings new signers
+at the rate peers join the swarm, spread over every neighbour; a flood of keys minted one per message
+all arrive through the spammer's own link, so it is throttled there and pays the penalty itself.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Intake:
         self.ledger = ledger
         self.seen = seen
         self.buckets = TokenBuckets(config.sender_rate, config.sender_burst)
+        self.fresh = TokenBuckets(config.fresh_signer_rate, config.fresh_signer_burst)  # keyed by forwarder
         self.stats = stats
         self.penalise = penalise
 
@@ -57,6 +63,9 @@ class Intake:
                 # py-libp2p validates concurrent copies of one message before marking it seen, so an
                 # honest forwarder can trip this now and then: it costs little, a replayer pays in bulk.
                 raise Rejected(errors.DUPLICATE, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
+            if ledger.get(signer) is None and not self.fresh.take(forwarder, now):
+                raise Rejected(errors.RATE_LIMITED, f"{forwarder} relays over {self.config.fresh_signer_rate:g} "
+                                                    "new signers/s")
             blame = signer
             if not self.buckets.take(signer, now):
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")

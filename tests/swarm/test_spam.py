@@ -65,3 +65,48 @@ def test_an_honest_relay_earns_credit_for_content_others_also_deliver():
     assert victim.ledger.score(relay.peer_id) > 0
     # Each message is counted once in the totals, not once for the signer and once for the relay.
     assert victim.snapshot(net.now)["messages"]["accepted"] == victim.ledger.get(signer.peer_id).accepted
+
+
+def test_fresh_key_flood_is_throttled_at_its_forwarder():
+    """The issue's flood: 3,867 messages, each signed by a fresh key, in 30 s through one link. The per-
+    signer limit never fires (one message per key); the per-forwarder limit on new signers does, and
+    its penalties ban the forwarder. An honest relay's traffic is untouched meanwhile."""
+    net, (victim, relay, attacker) = wired()
+    honest = Identity(b"honest-signer".ljust(32, b"\0"))
+    accepted = throttled = 0
+    banned_at = None
+    for i in range(3867):
+        net.now = T0 + i * 30 / 3867
+        v = verdict(net.inject(victim.peer_id, topics.PROBE, probe(Identity(i.to_bytes(32, "big")), i, net.now),
+                               attacker.peer_id))
+        accepted += v.accepted
+        throttled += v.reason == "rate-limited"
+        if banned_at is None and victim.is_banned(attacker.peer_id):
+            banned_at = net.now - T0
+        if i % 50 == 0:  # an honest signer's messages through the honest relay, meanwhile
+            assert verdict(net.inject(victim.peer_id, topics.PROBE, probe(honest, i, net.now), relay.peer_id)).accepted
+    cfg = victim.config
+    assert throttled >= 25 and banned_at is not None and banned_at < 3.0, (throttled, banned_at)
+    assert accepted <= cfg.fresh_signer_burst + cfg.fresh_signer_rate * banned_at + 1, f"{accepted} of 3,867 accepted"
+    assert "rate-limited" in victim.ledger.get(attacker.peer_id).ban_reason
+    assert not victim.is_banned(relay.peer_id)
+    print(f"fresh-key flood: {accepted}/3867 accepted, {throttled} throttled, forwarder banned after {banned_at:.2f}s")
+
+
+def test_reputation_table_stays_bounded_under_a_key_per_message_flood():
+    """5,000 fresh keys, spread over 30 forwarders so that none is throttled: the table stays at its
+    capacity, and the records with history (peers we have heard from for a while) are all kept."""
+    net, (victim, relay, _attacker) = wired()
+    known = [Identity(b"known-%03d" % k + bytes(23)) for k in range(40)]
+    for seq in range(10):
+        for key in known:
+            assert verdict(net.inject(victim.peer_id, topics.PROBE, probe(key, seq, net.now), relay.peer_id)).accepted
+    forwarders = [Identity(b"fwd-%02d" % f + bytes(26)).peer_id for f in range(30)]
+    for i in range(5000):
+        net.now += 0.01
+        net.inject(victim.peer_id, topics.PROBE, probe(Identity(i.to_bytes(32, "big")), i, net.now),
+                   forwarders[i % 30])
+    ledger = victim.ledger
+    assert len(ledger.snapshot()["peers"]) <= ledger.capacity
+    assert all(ledger.get(k.peer_id) is not None and ledger.get(k.peer_id).accepted == 10 for k in known)
+    assert not any(victim.is_banned(f) for f in forwarders)
