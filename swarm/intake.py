@@ -14,6 +14,7 @@ all arrive through the spammer's own link, so it is throttled there and pays the
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 from gossip import errors, topics
@@ -40,6 +41,9 @@ class Intake:
         self.fresh = TokenBuckets(config.fresh_signer_rate, config.fresh_signer_burst)  # keyed by forwarder
         self.stats = stats
         self.penalise = penalise
+        # One count per message and verdict, as the host counts its validator's answers (status shows both).
+        self.accepted = 0
+        self.rejected: Counter = Counter()  # reason -> messages
 
     def receive(self, now: float, inp: MessageReceived, dispatch: Callable) -> list:
         """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder)` made of it."""
@@ -54,6 +58,7 @@ class Intake:
             signed = self._open(inp.data)
             signer = peer_id_from_public_key(signed.signer)
             if signer == self.peer_id:
+                self.accepted += 1
                 return [ACCEPTED]  # our own message echoed back: nothing to learn
             if signed.kind not in allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
@@ -73,8 +78,10 @@ class Intake:
         except Rejected as rej:
             if rej.reason in (errors.OUT_OF_WINDOW, errors.STALE):
                 blame = forwarder  # signed in its window; whoever delivers it late is at fault
+            self.rejected[rej.reason] += 1
             self.stats.on_received(inp.topic, len(inp.data), accepted=False)
             return [MessageVerdict(False, rej.reason)] + self.penalise(now, blame, rej)
+        self.accepted += 1
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
         ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
         return [ACCEPTED] + effects

@@ -110,3 +110,17 @@ def test_reputation_table_stays_bounded_under_a_key_per_message_flood():
     assert len(ledger.snapshot()["peers"]) <= ledger.capacity
     assert all(ledger.get(k.peer_id) is not None and ledger.get(k.peer_id).accepted == 10 for k in known)
     assert not any(victim.is_banned(f) for f in forwarders)
+
+
+def test_status_counts_each_message_once_by_verdict():
+    """`messages` counts verdicts, as the host counts its validator's answers: a relayed message once
+    (not for signer and forwarder both), our own echo as accepted, a replay as `duplicate`."""
+    net, (victim, relay, signer) = wired()
+    mine = probe(victim.identity, 1, net.now)
+    wires = [probe(signer.identity, 1, net.now), probe(signer.identity, 2, net.now), mine, b"\x93junk"]
+    answers = [verdict(net.inject(victim.peer_id, topics.PROBE, w, relay.peer_id)) for w in wires]
+    answers.append(verdict(net.inject(victim.peer_id, topics.PROBE, wires[0], signer.peer_id)))  # a replay
+    counts = victim.snapshot(net.now)["messages"]
+    assert counts["accepted"] == sum(v.accepted for v in answers) == 3
+    assert counts["rejected"] == {"duplicate": 1, "malformed": 1}
+    assert victim.snapshot(net.now)["penalties"] == {"duplicate": 1, "malformed": 1}
