@@ -57,7 +57,7 @@ class Commands:
             raise TypeError("announce-task needs a TaskAnnouncement")
         signed = seal(self.identity, task)
         try:
-            effects = self.learn(now, signed, own=True)  # the operator's own: always admitted
+            effects = self.learn(now, signed, own=True)  # the operator's own task: always admitted
         except Rejected as rej:
             return [CommandResult(cmd.command_id, False, error=f"task refused: {rej}")]
         self.seen.add(signed.msg_id, now)

@@ -2,9 +2,9 @@
 
 Forwarder not banned, known topic, a well-formed envelope with a good signature (size and schema
 are checked in `open_envelope`), the kind allowed on that topic, signer not banned, not seen
-before, forwarder within its rate of new signers, signer within its rate. A failure is a `MessageVerdict(False, reason)` and a penalty for
-whoever is to blame (the signer once its signature is good, else the forwarder), never an
-exception: the network decides nothing, the core only answers.
+before, forwarder within its rate of new signers, signer within its rate. A failure is a
+`MessageVerdict(False, reason)` and a penalty for whoever is to blame (the signer once its signature
+is good, else the forwarder), never an exception: the network decides nothing, the core only answers.
 
 Two rate limits, because a key costs nothing to make: per signer (`sender_rate`), and per forwarder
 on messages whose signer we have no record of (`fresh_signer_rate`). Honest gossip brings new signers
