@@ -2,14 +2,19 @@
 
 Nothing here is shared or trusted from others: a peer's ledger changes only through what the peer
 itself observed (a bad message, a failed check with evidence). A score below `ban_below` bans, and
-so does proven cheating at once. Bounded: at most `capacity` peers are tracked; the least active
-unbanned peer is forgotten first.
+so does proven cheating at once.
+
+Bounded so that fresh keys cannot grow it: at most `capacity` peers are tracked. When full, the
+oldest record *without history* (fewer than `HISTORY` accepted messages, no rejection, no ban: what
+a key minted for one message looks like) is forgotten; records with history are passed over and
+kept, so a key-per-message flood only recycles the neutral part of the table.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import islice
 
 from gossip import errors
 
@@ -43,6 +48,9 @@ PENALTIES: dict[str, float] = {
 DEFAULT_PENALTY = 5.0
 ACCEPT_REWARD = 0.1
 MAX_SCORE = 20.0
+HISTORY = 8  # accepted messages after which a record is kept before neutral ones
+EVICTION_SCAN = 64  # records looked at per eviction (those with history move to the back)
+VOUCHED = "*"  # PeerRecord.via once a signer's messages reached us by two paths (never a peer id)
 
 
 @dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
@@ -53,6 +61,7 @@ class PeerRecord:
     banned: bool = False
     ban_reason: str = ""
     last_event: float = 0.0
+    via: str = ""  # the first path (forwarder) its signed messages came by, VOUCHED once a second one did
 
     @property
     def rejected(self) -> Counter:
@@ -84,12 +93,26 @@ class ReputationLedger:
         return rec
 
     def _forget_one(self) -> None:
-        candidates = sorted((r.last_event, p) for p, r in self._peers.items() if not r.banned)
-        victim = candidates[0][1] if candidates else min(self._peers)
-        del self._peers[victim]
+        """Forget the oldest record without history. Records with history met on the way get a second
+        chance (moved to the back), so each eviction looks at a bounded number of records."""
+        peers = self._peers
+        victim = fallback = None
+        passed = []
+        for peer in islice(peers, EVICTION_SCAN):
+            rec = peers[peer]
+            if not rec.banned:
+                if rec._rejected is None and rec.accepted < HISTORY:
+                    victim = peer
+                    break
+                fallback = fallback or peer
+            passed.append(peer)
+        for peer in passed:
+            peers[peer] = peers.pop(peer)
+        victim = victim or fallback or next(iter(peers))
+        del peers[victim]
         self._banned.discard(victim)
 
-    def accept(self, peer: str, now: float) -> None:
+    def accept(self, peer: str, now: float) -> PeerRecord:
         rec = self._peers.get(peer)  # once per accepted message: the known peer's path is kept short
         if rec is None:
             rec = self._record(peer, now)
@@ -99,12 +122,32 @@ class ReputationLedger:
         score = rec.score + ACCEPT_REWARD
         rec.score = score if score < MAX_SCORE else MAX_SCORE
         self.totals_accepted += 1
+        return rec
 
     def accept_relayed(self, signer: str, forwarder: str, now: float) -> None:
-        """`accept(signer)`, then `accept(forwarder)` unless it is the signer: one call per accepted message."""
-        self.accept(signer, now)
-        if forwarder != signer:
-            self.accept(forwarder, now)
+        """One accepted message, counted once: the signer earns credit, and the forwarder (when it is not
+        the signer) only for content someone else vouched for, i.e. once the signer's messages have
+        reached us by a second path (another forwarder, or the signer itself on its own link).
+
+        Why this rule: relay credit exists so an honest relay recovers from the small penalties gossip
+        races cost it, and it must not be mintable. A peer that signs messages with throwaway keys and
+        delivers them itself is the only path those keys ever have, so it earns nothing for them and its
+        garbage costs it in full; real swarm traffic reaches us through several neighbours as the mesh
+        changes. The limit: two colluding links can vouch for each other's keys (each link is then a
+        separate identity the per-forwarder limits in swarm/intake.py meter)."""
+        rec = self.accept(signer, now)
+        via = rec.via
+        if via != forwarder and via != VOUCHED:
+            rec.via = forwarder if via == "" else VOUCHED
+        if forwarder != signer and rec.via == VOUCHED:
+            fwd = self._peers.get(forwarder)
+            if fwd is None:
+                fwd = self._record(forwarder, now)
+            else:
+                fwd.last_event = now
+            fwd.accepted += 1
+            score = fwd.score + ACCEPT_REWARD
+            fwd.score = score if score < MAX_SCORE else MAX_SCORE
 
     def reject(self, peer: str, reason: str, now: float) -> bool:
         """Count a rejection against `peer`; True if this pushed the peer into a ban just now."""

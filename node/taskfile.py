@@ -7,7 +7,7 @@ Schema (the fields of `TaskTable` below; `[task.params]` is swarm/taskparams.py 
     model = "builtin:digit-sort-tiny"
     env = "digit-sort"
     async_level = 2                # 0..16
-    lifetime_hours = 168           # > 0
+    lifetime_hours = 168           # > 0, at most 720 (30 days)
     trainers = ["self"]            # peer ids (12D3Koo...) or "self"
     validators = []                # peer ids or "self"
     [task.params]                  # the keys TaskParams declares, at most 64
@@ -39,7 +39,7 @@ class TaskTable(Settings):
     model: str = Field(description='"builtin:<name>" or a model name the nodes resolve offline')
     env: str = Field(description="the environment that makes prompts and scores completions")
     async_level: int = Field(2, ge=0, le=16, description="how many versions old a worker's policy may be")
-    lifetime_hours: float = Field(168.0, gt=0, description="the task expires this long after it is announced")
+    lifetime_hours: float = Field(168.0, gt=0, le=720, description="the task expires this long after it is announced")
     trainers: Strs = Field(("self",), description='peer ids that may publish versions; "self": the announcer')
     validators: Strs = Field((), description='peer ids whose verdicts trainers trust; "self": the announcer')
     params: dict = Field({}, description="task params: the keys swarm/taskparams.py TaskParams declares")

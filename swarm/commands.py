@@ -33,7 +33,7 @@ class Commands:
         self.stats = stats
         self.rng = rng  # the core's own: a probe's payload draws from it
         self.trust = trust
-        self.learn = learn  # learn(now, signed announcement) -> effects; raises Rejected
+        self.learn = learn  # learn(now, signed announcement, own) -> effects; raises Rejected
         self.probe_seq = -1
 
     def handle(self, now: float, cmd: LocalCommand) -> list:
@@ -57,7 +57,7 @@ class Commands:
             raise TypeError("announce-task needs a TaskAnnouncement")
         signed = seal(self.identity, task)
         try:
-            effects = self.learn(now, signed)
+            effects = self.learn(now, signed, own=True)  # the operator's own task: always admitted
         except Rejected as rej:
             return [CommandResult(cmd.command_id, False, error=f"task refused: {rej}")]
         self.seen.add(signed.msg_id, now)

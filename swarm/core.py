@@ -20,7 +20,7 @@ from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope
 from gossip.errors import Rejected
 from gossip.identity import Identity
 from gossip.messages import (MAX_PEERS_DECLARED, Probe, RolloutCommitment, ShardHave, StatusHeartbeat,
-                             TaskAnnouncement, Verdict)
+                             TaskAnnouncement, Verdict, WeightManifest)
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols, snapshot
@@ -63,6 +63,8 @@ class CoreConfig:
     seen_ttl: float = 900.0  # > message_window, so any replay inside the window is recognised
     sender_rate: float = 200.0  # messages/s one signer may make us process
     sender_burst: float = 400.0
+    fresh_signer_rate: float = 20.0  # messages/s from signers we have no record of, per forwarder
+    fresh_signer_burst: float = 200.0
     sync_timeout: float = 5.0
     maintain_interval: float = 2.0
     sweep_interval: float = 1.0
@@ -83,7 +85,7 @@ class PeerCore:
         self.seen = SeenCache(config.seen_capacity, config.seen_ttl)
         self.stats = GossipStats()
         self.membership = Membership(self.peer_id, config.membership)
-        self.tasks = TaskBook(config.max_tasks, config.clock_skew)
+        self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
         self.started_at: float | None = None
@@ -228,11 +230,15 @@ class PeerCore:
             return []
         return self._on_task_message(now, topic, signed, signer)
 
-    def _learn_task(self, now: float, signed: SignedMessage) -> list:
+    def _last_seen(self, peer: str) -> float | None:
+        info = self.membership.peers.get(peer)
+        return info.last_seen if info is not None else None
+
+    def _learn_task(self, now: float, signed: SignedMessage, own: bool = False) -> list:
         """Store a task (raises Rejected); roles hear about it the first time only."""
         task_id = signed.message.task_id
         new = task_id not in self.tasks.tasks
-        effects = self.tasks.add(now, signed)
+        effects = self.tasks.add(now, signed, own)
         if new:
             for role in self.roles:
                 effects += role.on_task(now, self.tasks.tasks[task_id])
@@ -249,6 +255,8 @@ class PeerCore:
         task = self.tasks.tasks[task_id].task
         effects: list = []
         self.trust.authorise(task, signed)
+        if isinstance(signed.message, WeightManifest):
+            self.tasks.heard_manifest(task_id, now)  # authorised above: signed by one of its trainers
         if isinstance(signed.message, ShardHave):
             effects += self.shards.on_have(now, signed.message, signer)
         if isinstance(signed.message, RolloutCommitment):

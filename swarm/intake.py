@@ -2,13 +2,19 @@
 
 Forwarder not banned, known topic, a well-formed envelope with a good signature (size and schema
 are checked in `open_envelope`), the kind allowed on that topic, signer not banned, not seen
-before, signer within its rate. A failure is a `MessageVerdict(False, reason)` and a penalty for
-whoever is to blame (the signer once its signature is good, else the forwarder), never an
-exception: the network decides nothing, the core only answers.
+before, forwarder within its rate of new signers, signer within its rate. A failure is a
+`MessageVerdict(False, reason)` and a penalty for whoever is to blame (the signer once its signature
+is good, else the forwarder), never an exception: the network decides nothing, the core only answers.
+
+Two rate limits, because a key costs nothing to make: per signer (`sender_rate`), and per forwarder
+on messages whose signer we have no record of (`fresh_signer_rate`). Honest gossip brings new signers
+at the rate peers join the swarm, spread over every neighbour; a flood of keys minted one per message
+all arrive through the spammer's own link, so it is throttled there and pays the penalty itself.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
 from gossip import errors, topics
@@ -32,8 +38,12 @@ class Intake:
         self.ledger = ledger
         self.seen = seen
         self.buckets = TokenBuckets(config.sender_rate, config.sender_burst)
+        self.fresh = TokenBuckets(config.fresh_signer_rate, config.fresh_signer_burst)  # keyed by forwarder
         self.stats = stats
         self.penalise = penalise
+        # One count per message and verdict, as the host counts its validator's answers (status shows both).
+        self.accepted = 0
+        self.rejected: Counter = Counter()  # reason -> messages
 
     def receive(self, now: float, inp: MessageReceived, dispatch: Callable) -> list:
         """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder)` made of it."""
@@ -48,6 +58,7 @@ class Intake:
             signed = self._open(inp.data)
             signer = peer_id_from_public_key(signed.signer)
             if signer == self.peer_id:
+                self.accepted += 1
                 return [ACCEPTED]  # our own message echoed back: nothing to learn
             if signed.kind not in allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
@@ -57,6 +68,9 @@ class Intake:
                 # py-libp2p validates concurrent copies of one message before marking it seen, so an
                 # honest forwarder can trip this now and then: it costs little, a replayer pays in bulk.
                 raise Rejected(errors.DUPLICATE, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
+            if ledger.get(signer) is None and not self.fresh.take(forwarder, now):
+                raise Rejected(errors.RATE_LIMITED, f"{forwarder} relays over {self.config.fresh_signer_rate:g} "
+                                                    "new signers/s")
             blame = signer
             if not self.buckets.take(signer, now):
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
@@ -64,8 +78,10 @@ class Intake:
         except Rejected as rej:
             if rej.reason in (errors.OUT_OF_WINDOW, errors.STALE):
                 blame = forwarder  # signed in its window; whoever delivers it late is at fault
+            self.rejected[rej.reason] += 1
             self.stats.on_received(inp.topic, len(inp.data), accepted=False)
             return [MessageVerdict(False, rej.reason)] + self.penalise(now, blame, rej)
+        self.accepted += 1
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
         ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
         return [ACCEPTED] + effects

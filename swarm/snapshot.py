@@ -23,8 +23,9 @@ def status(core, now: float) -> dict:
         "downloads": core.shards.snapshot(now),
         "work": {role.name: role.snapshot() for role in core.roles},
         "gossip": core.stats.snapshot(),
-        "messages": {"accepted": ledger.totals_accepted,
-                     "rejected": dict(sorted(ledger.totals_rejected.items()))},
+        # gossip messages by verdict, one count each (the host's validator counters match these)
+        "messages": {"accepted": core.intake.accepted, "rejected": dict(sorted(core.intake.rejected.items()))},
+        "penalties": dict(sorted(ledger.totals_rejected.items())),  # every charge, requests and streams too
         "reputation": ledger.snapshot()["peers"],
         "banned": ledger.banned_peers(),
     }

@@ -3,11 +3,21 @@
 A task is learned from gossip when it is announced, or later by asking a peer whose heartbeat lists
 a task id we lack (`/swarm/sync/1`), so a peer that joins after the announcement still learns it.
 Knowing a task means subscribing to its topics.
+
+Admission, so that a flood of fresh keys cannot fill the table and lock real tasks out: a task may
+live at most `max_lifetime` (30 days) from its creation, else it is refused (every peer reads the
+signed dates the same way, so refusing keeps them in agreement where a local cap would not); one
+announcer key may have at most `per_announcer` tasks here; when the table is full, the task whose
+trainers have been silent longest (no heartbeat from any trainer key, no manifest) is evicted for
+the newcomer if that silence exceeds `trainer_silence`; a task never heard from counts as silent
+since it was learned. The operator's own tasks (the local command) are exempt from the per-announcer
+limit, never evicted, and evict the most silent remote task when the table is full.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import msgpack
 
@@ -20,6 +30,7 @@ from swarm.io import Emit, Subscribe, Unsubscribe
 from swarm.taskparams import ParamError, TaskParams
 
 MAX_SYNC_IDS = 32
+MAX_LIFETIME = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -27,6 +38,7 @@ class KnownTask:
     task: TaskAnnouncement
     signed: SignedMessage
     learned_at: float
+    own: bool = False  # announced by this peer's operator (the local command)
 
     @property
     def task_id(self) -> str:
@@ -42,14 +54,21 @@ class KnownTask:
 
 
 class TaskBook:
-    def __init__(self, max_tasks: int = 32, clock_skew: float = 30.0, sync_retry: float = 10.0) -> None:
+    def __init__(self, max_tasks: int = 32, clock_skew: float = 30.0, sync_retry: float = 10.0,
+                 last_seen: Callable[[str], float | None] = lambda peer: None, per_announcer: int = 2,
+                 max_lifetime: float = MAX_LIFETIME, trainer_silence: float = 300.0) -> None:
         self.max_tasks = max_tasks
         self.clock_skew = clock_skew
         self.sync_retry = sync_retry
+        self.last_seen = last_seen  # peer id -> when its last heartbeat came (membership), or None
+        self.per_announcer = per_announcer
+        self.max_lifetime = max_lifetime
+        self.trainer_silence = trainer_silence
         self.tasks: dict[str, KnownTask] = {}
+        self._manifest_at: dict[str, float] = {}  # task id -> when a manifest by one of its trainers came
         self._sync_pending: dict[str, float] = {}  # task id -> when we may ask again
 
-    def add(self, now: float, signed: SignedMessage) -> list:
+    def add(self, now: float, signed: SignedMessage, own: bool = False) -> list:
         """Store a verified task announcement; raises Rejected if it is not acceptable now."""
         task = signed.message
         assert isinstance(task, TaskAnnouncement)
@@ -57,6 +76,8 @@ class TaskBook:
             raise Rejected(OUT_OF_WINDOW, f"task created in the future ({task.created_at - now:.0f} s ahead)")
         if task.expires_at <= now:
             raise Rejected(OUT_OF_WINDOW, "task has expired")
+        if task.expires_at - task.created_at > self.max_lifetime:
+            raise Rejected(OUT_OF_WINDOW, f"task lives over {self.max_lifetime / 86400:g} days")
         task_id = task.task_id
         self._sync_pending.pop(task_id, None)
         if task_id in self.tasks:
@@ -65,19 +86,47 @@ class TaskBook:
             TaskParams.of(task)  # every peer reads a signed task the same way, or refuses it
         except ParamError as exc:
             raise Rejected(SCHEMA, str(exc)) from None
+        if not own and sum(1 for k in self.tasks.values()
+                           if k.signed.signer == signed.signer and not k.own) >= self.per_announcer:
+            raise Rejected(CAPACITY, f"its announcer already has {self.per_announcer} tasks here")
+        effects: list = []
         if len(self.tasks) >= self.max_tasks:
-            raise Rejected(CAPACITY, f"already following {self.max_tasks} tasks")
-        self.tasks[task_id] = KnownTask(task, signed, now)
-        return [Subscribe(t) for t in topics.task_topics(task_id)] + [
+            victim = self._victim(now, own)
+            if victim is None:
+                raise Rejected(CAPACITY, f"already following {self.max_tasks} tasks, all with a live trainer")
+            effects += self._drop(victim, "task-evicted")
+        self.tasks[task_id] = KnownTask(task, signed, now, own)
+        return effects + [Subscribe(t) for t in topics.task_topics(task_id)] + [
             Emit("task-learned", {"task_id": task_id, "name": task.name})]
+
+    def heard_manifest(self, task_id: str, now: float) -> None:
+        """A manifest signed by one of the task's trainers: a sign its trainer is alive."""
+        self._manifest_at[task_id] = now
+
+    def _life(self, known: KnownTask) -> float:
+        """When one of the task's trainers last showed it is alive; never: as if silent since it was learned."""
+        seen = [t for t in (self.last_seen(peer_id_from_public_key(k)) for k in known.task.trainer_keys)
+                if t is not None]
+        heard = max(seen + [self._manifest_at.get(known.task_id, float("-inf"))])
+        return heard if heard > float("-inf") else known.learned_at - self.trainer_silence
+
+    def _victim(self, now: float, own: bool) -> str | None:
+        """The remote task to drop for a new one: the most silent, if silent long enough (or for our own)."""
+        remote = sorted((self._life(k), task_id) for task_id, k in self.tasks.items() if not k.own)
+        if remote and (own or remote[0][0] <= now - self.trainer_silence):
+            return remote[0][1]
+        return None
+
+    def _drop(self, task_id: str, event: str) -> list:
+        del self.tasks[task_id]
+        self._manifest_at.pop(task_id, None)
+        return [Unsubscribe(t) for t in topics.task_topics(task_id)] + [Emit(event, {"task_id": task_id})]
 
     def expire(self, now: float) -> list:
         effects: list = []
         for task_id in sorted(self.tasks):
             if self.tasks[task_id].task.expires_at <= now:
-                del self.tasks[task_id]
-                effects += [Unsubscribe(t) for t in topics.task_topics(task_id)]
-                effects.append(Emit("task-expired", {"task_id": task_id}))
+                effects += self._drop(task_id, "task-expired")
         return effects
 
     def missing(self, now: float, task_ids: tuple[str, ...]) -> list[str]:

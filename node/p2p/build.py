@@ -44,7 +44,7 @@ from .budget import PenaltyBox
 from .connguard import ConnGuard
 from .config import HostConfig
 from . import records
-from .guard import GuardedGossipSub, GuardedPubsub
+from .guard import GuardedGossipSub, GuardedPubsub, one_line_stream_failures
 from .stats import HostStats
 
 GOSSIPSUB_PROTOCOLS = (PROTOCOL_ID_V11,)
@@ -79,6 +79,7 @@ class Parts:
 
 def build(config: HostConfig, stats: HostStats) -> Parts:
     records.install()
+    one_line_stream_failures()
     penalties = PenaltyBox(stats, config.penalty_block_points, config.penalty_block_seconds)
     key_pair = create_new_key_pair(bytes(config.seed))
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)

@@ -66,6 +66,24 @@ def guard_all_handlers(host: Any, stats: HostStats) -> None:
         handlers[protocol] = guard_stream_handler(str(protocol), handler, stats)
 
 
+class OneLineRecords(logging.Filter):
+    """py-libp2p logs a 7-line block at ERROR each time a stream cannot be opened, which a peer without
+    gossipsub causes on every connection: the block becomes its first two lines, joined."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\n" in message:
+            record.msg, record.args = " ".join(line.strip() for line in message.splitlines()[:2]), ()
+        return True
+
+
+def one_line_stream_failures() -> None:
+    """Install `OneLineRecords` on py-libp2p's host logger (once per process)."""
+    log = logging.getLogger("libp2p.host.basic_host")
+    if not any(isinstance(f, OneLineRecords) for f in log.filters):
+        log.addFilter(OneLineRecords())
+
+
 class NoValidationCache:
     """Stands in for py-libp2p's ValidationCache, which remembers *failed* validations by message id
     for 5 minutes and fails every later copy with that id unchecked. Our validator's verdict depends
@@ -122,6 +140,11 @@ class GuardedPubsub(Pubsub):
             await super().push_msg(msg_forwarder, msg)
             return
         try:
+            if self._is_msg_seen(msg):
+                # Dropped before validation, as py-libp2p does, but counted: a gossip echo from a mesh
+                # peer, or a replay inside the seen-cache's window.
+                self._guard_stats.dropped["duplicate"] += 1
+                return
             await super().push_msg(msg_forwarder, msg)
         except Exception as exc:  # noqa: BLE001
             # py-libp2p bug: signature_validator re-raises when msg.key does not deserialize, and any
