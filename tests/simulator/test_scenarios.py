@@ -1,7 +1,6 @@
 """The shipped scenarios do what they promise: delivery, convergence, adversaries banned; and they still
 behave exactly as they did (their trace hashes are pinned)."""
 
-import dataclasses
 import functools
 
 import pytest
@@ -54,8 +53,8 @@ def test_churn_delivery_reaches_every_live_honest_peer():
     # The churn scenario (100 peers) compressed: two replacement rounds of 30% of the peers, 4 minutes
     # apart, plus crash-restarts, then the settle phase.
     base = load("churn")
-    s = dataclasses.replace(base, duration=660.0, settle=170.0,
-                            churn=dataclasses.replace(base.churn, replace_every=240.0))
+    s = base.model_copy(update={"duration": 660.0, "settle": 170.0,
+                                "churn": base.churn.model_copy(update={"replace_every": 240.0})})
     r = run_scenario(s)
     assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
     assert r.metrics["delivery"]["ratio"] == 1.0
@@ -87,7 +86,7 @@ def test_adversarial_invariants_hold_and_malicious_peers_are_banned():
 
 @pytest.mark.slow
 def test_bandwidth_scenario_slow_links_still_deliver():
-    s = dataclasses.replace(load("bandwidth"), duration=200.0, settle=40.0)
+    s = load("bandwidth").model_copy(update={"duration": 200.0, "settle": 40.0})
     r = run_scenario(s)
     assert r.ok, r.failed
     lat = r.metrics["delivery"]["latency_ms"]
