@@ -1,22 +1,22 @@
-"""The validator's detection bound, measured over 200 batches per cheat kind rather than one seed.
+"""The validator's detection bound, measured over 100 batches per cheat kind rather than one seed.
 
 test_checks.py shows each cheat failing with its reason on a fixed batch; this shows how often. Each
-kind runs on 200 batches with different sampling seeds (versions 1000-1049, batches 0-3: other
+kind runs on 100 batches with different sampling seeds (versions 1000-1024, batches 0-3: other
 versions than calibration and the other tests use) of the usual 2 prompts x 4 samples x 8 tokens,
 the built-in untrained model as the policy and the calibrated thresholds:
 
-* honest: rejected in 0 of 200. With none seen in 200, the false-rejection rate per batch is under
-  1.5% at 95% confidence (the rule of three: 3/n); one seen is a bug (an honest peer gets banned).
-* other-model, low-precision, int8-quant, inflated-reward: caught in 200 of 200, so each is caught in
-  at least 98.5% of batches at 95% confidence, with the reasons listed in REASONS.
+* honest: rejected in 0 of 100. With none seen in 100, the false-rejection rate per batch is under
+  3% at 95% confidence (the rule of three: 3/n); one seen is a bug (an honest peer gets banned).
+* other-model, low-precision, int8-quant, inflated-reward: caught in 100 of 100, so each is caught in
+  at least 97% of batches at 95% confidence, with the reasons listed in REASONS.
 * laundered and fabricated-tokens: a batch whose tokens (laundered) or samples (fabricated: only
   failed samples are replaced) all equal the honest batch's *is* the honest batch and must pass; every
   other one is caught. Laundered tokens differ from the honest draw only where a seeded draw flips
-  under bf16, which at 8 tokens happens in a few batches of 200 (13 when measured, all caught); the
+  under bf16, which at 8 tokens happens in a few batches of 100 (9 when measured, all caught); the
   rate per completion, not per batch, is what matters for a persistent launderer (see test_checks).
 
-Deterministic (fixed seeds), so it never flakes; the bound is what the counts support. About two
-minutes of CPU on one thread: slow.
+Deterministic (fixed seeds), so it never flakes; the bound is what the counts support. About a
+minute of CPU on one thread: slow.
 """
 
 import pytest
@@ -26,7 +26,7 @@ from proofs import adversaries as adv
 # A few minutes of CPU; the timeout allows for a 2-core machine shared with other work.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-BATCHES = 200
+BATCHES = 100  # 200 gave the same counts (0 honest rejected, every differing batch caught)
 REASONS = {"other-model": {"toploc"}, "low-precision": {"logprob"}, "int8-quant": {"logprob", "toploc"},
            "inflated-reward": {"reward"}, "laundered": {"sampling"}, "fabricated-tokens": {"limits", "sampling"}}
 
@@ -76,5 +76,5 @@ def test_each_cheat_is_caught_in_every_batch_that_differs_and_no_honest_batch_is
         assert t["caught"] == differing and set(t["reasons"]) <= reasons, (kind, t)
     # The bound needs batches that differ: every kind but laundered differs in (nearly) all of them.
     for kind in ("other-model", "low-precision", "int8-quant", "inflated-reward", "fabricated-tokens"):
-        assert tally[kind]["caught"] >= 0.985 * BATCHES, (kind, tally[kind])
+        assert tally[kind]["caught"] >= 0.97 * BATCHES, (kind, tally[kind])
     assert tally["laundered"]["caught"] >= 5, tally["laundered"]  # some flipped draws, each caught
