@@ -10,8 +10,8 @@ chain or a better one is accepted, and a better one switches the head (roles the
 held of the old chain, swarm/roles/follower.py). Checked before that, in this order (protocol.md §4.5):
 
 1. the manifest's `rank` is its signer's index in `trainer_keys` (`unauthorized`);
-2. two manifests by one signer for one `(term, version)` naming different weights (tensor hashes)
-   are equivocation: that pair is the evidence, the signer is banned (`equivocated`);
+2. two manifests by one signer for one `(term, version)` naming different weights (tensor hashes;
+   the root when a manifest lists no tensors) are equivocation: that pair is the evidence, the signer is banned (`equivocated`);
 3. a signer's term never goes down (`term-backwards`);
 4. a delta's `parent_root` is a root its own `(term, rank)` chain has at `parent_version`, when known
    (`not-on-chain`);
@@ -53,7 +53,7 @@ class ForkChoice:
         rank = task.trainer_keys.index(key)
         if m.rank != rank:
             raise Rejected(errors.UNAUTHORIZED, f"manifest claims rank {m.rank}, its signer is rank {rank}")
-        tensors = tuple(t.hash for t in m.tensors)
+        tensors = tuple(t.hash for t in m.tensors) or (m.root,)  # the weights, whatever their encoding
         known = self.weights.get((key, m.term, m.version))
         if known is not None and known != tensors:
             raise Rejected(errors.EQUIVOCATED, f"two manifests for term {m.term} version {m.version} "

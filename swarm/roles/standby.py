@@ -72,7 +72,7 @@ def take_over(ctx, role, now: float, state) -> list:
     fork = ctx.chain(state.spec.task_id)
     policy = state.policy
     newest = policy.newest_held()
-    old_term = policy.term
+    old_term, silent = policy.term, fork.silent_for(now)
     state.term = max(fork.max_term, state.term) + 1
     state.version = max(fork.max_version, newest)
     state.weights = policy.held[newest]
@@ -88,7 +88,7 @@ def take_over(ctx, role, now: float, state) -> list:
     state.policy = new_follower(state)
     effects.append(Emit("trainer-takeover", {"task_id": state.spec.task_id, "term": state.term, "rank": state.rank,
                                              "from_version": newest, "from_term": old_term,
-                                             "version": state.version, "silent": round(fork.silent_for(now), 3)}))
+                                             "version": state.version, "silent": round(silent, 3)}))
     return effects
 
 
