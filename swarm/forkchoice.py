@@ -49,7 +49,7 @@ class ForkChoice:
     roots: dict[tuple[int, int, int], set] = field(default_factory=dict)  # (term, rank, version) -> roots
 
     def judge(self, now: float, task: TaskAnnouncement, m: WeightManifest, key: bytes) -> bool:
-        """Raises Rejected for bad input or a losing chain; True when the head switched chains."""
+        """Raises Rejected for bad input or a losing chain; True when the head changed chains (or was set)."""
         rank = task.trainer_keys.index(key)
         if m.rank != rank:
             raise Rejected(errors.UNAUTHORIZED, f"manifest claims rank {m.rank}, its signer is rank {rank}")
@@ -76,7 +76,7 @@ class ForkChoice:
         self.heard[(m.term, rank)] = now
         if head is None or mine > chain_key(*head):
             self.head, self.head_version = (m.term, rank), m.version
-            return head is not None
+            return True
         self.head_version = max(self.head_version, m.version)
         return False
 

@@ -87,11 +87,13 @@ class TrainerRole(Role):
         self.keys[task.task_id] = task.trainer_keys
         if rank > 0:  # a standby: follows the chain until it must take over
             self.ctx.timer(standby.timer_name(task.task_id), now + state.params.takeover_s)
-            return [Emit("trainer-standby", {"task_id": task.task_id, "rank": rank})]
+            return [Emit("trainer-standby", {"task_id": task.task_id, "rank": rank,
+                                             "takeover_after": state.params.takeover_s})]
         state.busy = True
         payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task.task_id) & 0x7FFFFFFF)
         return [self.ctx.job(self, (task.task_id, jobs.INIT, ()), jobs.INIT, payload),
-                Emit("trainer-starting", {"task_id": task.task_id, "model": task.model})]
+                Emit("trainer-starting", {"task_id": task.task_id, "model": task.model,
+                                          "takeover_after": state.params.takeover_s})]
 
     # ---- rollouts in
 
@@ -299,7 +301,8 @@ class TrainerRole(Role):
             state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
             effects.append(Emit("rollout-trained", {"task_id": task_id, "commitment_id": p.commitment_id.hex(),
                                                     "worker": p.worker, "policy_version": p.commitment.policy_version,
-                                                    "trained_into": result.version}))
+                                                    "policy_term": p.commitment.policy_term,
+                                                    "trained_into": result.version, "term": state.term}))
         stats = {k: round(float(v), 5) for k, v in dict(result.stats).items()}
         # the job's own count is this step's; `completions` stays the running total (an int) operators read
         if "completions" in stats:
