@@ -39,7 +39,7 @@ class OneChain(Check):
                 self.switches[key].append((t, None))  # a new incarnation knows no head yet
         elif kind in ("emit.chain-switched", "emit.trainer-takeover", "emit.version-published"):
             # a trainer's own chain is its head: it hears no manifest of its own
-            seen, head = self.switches.setdefault((peer, f["task_id"]), []), (int(f["term"]), int(f["rank"]))
+            seen, head = self.switches.setdefault((peer, f["task_id"]), []), (int(f.get("term", 0)), int(f.get("rank", 0)))
             if not seen or seen[-1][1] != head:
                 seen.append((t, head))
         else:
@@ -98,7 +98,7 @@ class TrainedOnOwnChain(Check):
             self.chain.pop(key, None)
         elif kind in ("emit.version-published", "emit.version-installed"):
             self.chain.setdefault(key, set()).add((int(f["version"]), int(f.get("term", 0))))
-        else:
+        elif "policy_version" in f:
             self.trained += 1
             named = (int(f["policy_version"]), int(f.get("policy_term", 0)))
             if named not in self.chain.get(key, ()):

@@ -31,6 +31,7 @@ def _shipped(name: str):
     # timeouts allow for a 2-core machine shared with other work.
     pytest.param("adversarial", marks=[pytest.mark.slow, pytest.mark.timeout(1800)]),
     pytest.param("churn", marks=[pytest.mark.slow, pytest.mark.timeout(3600)]),
+    pytest.param("trainer-failover", marks=[pytest.mark.slow, pytest.mark.timeout(1800)]),
 ])
 def test_shipped_scenario_trace_hash_is_pinned(name):
     assert _shipped(name).trace_hash == PINNED[name], f"{name} behaves differently; see PINNED above"
