@@ -13,9 +13,12 @@ from simulator.scenario import load
 # behaves differently: a refactor must leave these alone. Update a pin only when the behaviour change
 # is intended, and say so in the commit (the old and new hash, and why the trace moved).
 PINNED = {
-    "smoke": "07145a3af33465a333ff4ef11d133e6fe13934f0cc4976d9ae9fefee0de77663",
-    "adversarial": "1d270a475ef9603f2534b5bfb6ba7365e58e70b39ae251913a752ed9b1ede7c6",
-    "churn": "96f3f44f1a319bc4ed8afe72d6b81a9861d41fe0593015a3f14179cc0c436b64",
+    # Moved by issue 19 (several trainers, one active): manifests carry term and rank, commitments their
+    # version's term, new emits (chain-switched, rollout-trained's terms); churn's trainers now crash too.
+    "smoke": "14072ba2713f8da3f7d6dada6ad248449aeb760e5c8a56dbde587f827a021b34",
+    "adversarial": "7851677a9f67f9f4a00cfd1fc0e1384752e64bb47be47db70c5dc61c1f0eb707",
+    "churn": "ae8670ff2971050674ab959a03e774c66faf52d3612349c77e496ebbb2f8d52b",
+    "trainer-failover": "676c88892e183048ffb8217715906b53c41c8234eb6e04024433653f987a0dc8",
 }
 
 
