@@ -36,11 +36,13 @@ def chain_jobs(peer, job):
     raise AssertionError(job.kind)
 
 
-def swarm(n_trainers=3, n_workers=3):
+def swarm(n_trainers=3, n_workers=3, others=()):
     trainers = [PeerCore(Identity(bytes([0x10 + i]) * 32), CoreConfig(roles=("trainer",)), seed=10 + i)
                 for i in range(n_trainers)]
     workers = [PeerCore(Identity(bytes([0x20 + i]) * 32), CoreConfig(roles=("worker",)), seed=20 + i)
                for i in range(n_workers)]
+    workers += [PeerCore(Identity(bytes([0x30 + i]) * 32), CoreConfig(roles=(role,)), seed=30 + i)
+                for i, role in enumerate(others)]  # validators, mirrors: last in `workers`
     net = MemoryNet([*trainers, *workers], T0)
     net.jobs = chain_jobs
     net.start()
@@ -130,9 +132,10 @@ def test_a_second_crash_hands_over_to_the_third_rank():
 
 
 def test_a_healed_partition_ends_on_one_chain_and_the_loser_steps_down():
-    net, trainers, workers, task_id = swarm()
+    net, trainers, workers, task_id = swarm(others=("validator", "mirror"))
+    validator, mirror = workers[-2:]
     net.run_for(25)
-    links = net.partition({trainers[0].peer_id, workers[0].peer_id})
+    links = net.partition({trainers[0].peer_id, workers[0].peer_id, validator.peer_id, mirror.peer_id})
     net.run_for(60)
     assert published(net, trainers[0].peer_id)[-1][1]["term"] == 0  # the cut-off side keeps going
     assert [p for p, _ in net.events_named("trainer-takeover")] == [trainers[1].peer_id]
@@ -143,8 +146,12 @@ def test_a_healed_partition_ends_on_one_chain_and_the_loser_steps_down():
     for core in trainers + workers:
         assert core.chains.tasks[task_id].head == (1, 1), core.peer_id
     newest = max(f["version"] for p, f in published(net, trainers[1].peer_id))
-    for w in workers:
+    for w in workers[:-2]:
         assert work(w, "worker", task_id, net.now)["latest_version"] >= newest - 1
+    assert work(validator, "validator", task_id, net.now)["latest_version"] >= newest - 1
+    mirrored = work(mirror, "mirror", task_id, net.now)["held_versions"]
+    assert mirrored and max(mirrored) >= newest - 1 and mirror.versions[task_id] == max(mirrored)
+    assert mirror.roles[0].tasks[task_id].chain == (1, 1)
     assert published_at(net, trainers[0].peer_id)[-1] < net.now - 30 + 5.0  # no version after the heal's news
 
 
