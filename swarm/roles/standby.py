@@ -14,6 +14,12 @@ weights of that version (trainer/trainjob.py rebuilds a trainer it does not have
 schedule position of its version number; trained-on rollouts of versions the standby had not
 installed are not trained on again. A trainer that sees a better chain (a higher term, or its own
 term from a better rank) steps down: it drops its chain, discards a train step in flight, and follows.
+
+A returning trainer (its `init` resumed a version past 0) of a task with several trainers stands by
+whatever its rank: it does not know the term it last signed (the trainer state that would carry it
+crosses the exchange in a later step), and publishing under an older term would be refused. Only if
+it hears no chain at all for `takeover_after` (every trainer restarted) does it resume its own
+version as before, at term 0.
 """
 
 from __future__ import annotations
@@ -90,6 +96,25 @@ def take_over(ctx, role, now: float, state) -> list:
                                              "from_version": newest, "from_term": old_term,
                                              "version": state.version, "silent": round(silent, 3)}))
     return effects
+
+
+def returning(ctx, role, now: float, state, weights: bytes) -> list:
+    """Init resumed a version: listen first (the module's docstring says why)."""
+    ctx.hold_blob(role, weights)
+    effects = ctx.release_blobs(role, [weights])
+    state.active = False
+    ctx.timer(f"trainer:{state.spec.task_id}:resume", now + state.params.takeover_s)
+    ctx.timer(timer_name(state.spec.task_id), now + state.params.takeover_s)
+    return effects + [Emit("trainer-standby", {"task_id": state.spec.task_id, "rank": state.rank, "returning": True,
+                                               "takeover_after": state.params.takeover_s})]
+
+
+def resume(ctx, role, now: float, state) -> list:
+    """No chain heard since we came back: run init again and publish what it resumes."""
+    if state.active or ctx.chain(state.spec.task_id).head is not None:
+        return []
+    state.active, state.resumed = True, True
+    return role.on_timer(now, f"trainer:{state.spec.task_id}:init")
 
 
 def step_down(ctx, role, now: float, state, term: int, rank: int) -> list:

@@ -66,6 +66,7 @@ class TrainerTask:
     policy: PolicyFollower | None = None  # a standby's follower
     chain_terms: dict[int, int] = field(default_factory=dict)  # version -> term, for the versions we train from
     heard: deque = field(default_factory=lambda: deque(maxlen=MAX_PENDING))  # a standby's recent commitments
+    resumed: bool = False  # a returning trainer that heard no chain and resumed its own (standby.py)
 
 
 class TrainerRole(Role):
@@ -275,6 +276,8 @@ class TrainerRole(Role):
             self.ctx.timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": done.error[:300]})]
         result: jobs.VersionResult = done.result
+        if kind == jobs.INIT and result.version > 0 and len(self.keys[task_id]) > 1 and not state.resumed:
+            return standby.returning(self.ctx, self, now, state, result.weights)
         try:
             manifest = _manifest(now, state, result)
         except (TypeError, ValueError, KeyError) as exc:  # the job packed nothing usable: do not publish
@@ -358,6 +361,8 @@ class TrainerRole(Role):
             return self._announce(now, state, chain=True)
         if what == "takeover":
             return self._take_over(now, state)
+        if what == "resume":
+            return standby.resume(self.ctx, self, now, state)
         if what == "refetch" and not state.active:
             return state.policy.fetch_latest(self.ctx, self, now)
         if not state.active:

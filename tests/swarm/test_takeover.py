@@ -172,3 +172,29 @@ def test_a_returning_trainer_that_finds_a_higher_term_becomes_a_standby():
     assert not state["active"]
     assert back.chains.tasks[task_id].head == (1, 1)
     assert work(trainers[1], "trainer", task_id, net.now)["active"]
+
+
+def test_a_trainer_back_from_a_short_crash_listens_before_it_publishes():
+    """Back before anyone took over, with its last version resumed: it does not know the term it last
+    signed, so it stands by; the next rank takes over and it follows."""
+    net, trainers, workers, task_id = swarm()
+    net.run_for(25)
+    net.stop(trainers[0].peer_id)
+    crashed_at = net.now
+    net.run_for(5)
+    back = PeerCore(trainers[0].identity, CoreConfig(roles=("trainer",)), seed=98)
+
+    def resuming(peer, job):
+        if peer == back.peer_id and job.kind == jobs.INIT:
+            return fake_packed_version(4, b"w4-resumed")
+        return chain_jobs(peer, job)
+    net.jobs = resuming
+    net.cores[back.peer_id] = back
+    net.start(back.peer_id)
+    for other in trainers[1:] + workers:
+        net.connect(back.peer_id, other.peer_id)
+    net.run_for(60)
+    assert [f.get("returning") for p, f in net.events_named("trainer-standby") if p == back.peer_id] == [True]
+    assert [p for p, _ in net.events_named("trainer-takeover")] == [trainers[1].peer_id]
+    assert published_at(net, back.peer_id)[-1] < crashed_at  # nothing since it came back
+    assert back.chains.tasks[task_id].head == (1, 1) and not work(back, "trainer", task_id, net.now)["active"]
