@@ -310,12 +310,12 @@ class TrainerRole(Role):
         # the job's own count is this step's; `completions` stays the running total (an int) operators read
         if "completions" in stats:
             stats["step_completions"] = int(stats.pop("completions"))
-        record = {"task_id": task_id, "version": result.version, "term": state.term, "rank": state.rank,
-                  "completions": state.completions, **stats}
+        record = {"task_id": task_id, "version": result.version, "completions": state.completions, **stats}
         state.history.append(record)
         state.in_step = []
         # the weights hash lets audits and bench/learning.py score any version offline from the blob store
-        effects.append(Emit("version-published", {**record, "weights": result.weights.hex()}))
+        effects.append(Emit("version-published", {**record, "term": state.term, "rank": state.rank,
+                                                  "weights": result.weights.hex()}))
         effects += self._announce(now, state)
         return effects + self._maybe_train(now, state)
 
