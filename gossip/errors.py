@@ -31,6 +31,13 @@ BAD_SHARD = "bad-shard"  # a served weight shard whose bytes do not hash to the 
 TRUNCATED = "truncated"  # a served weight shard of the wrong length (cut short or padded)
 STREAM_ABUSE = "stream-abuse"  # the transport refused a peer's stream (idle, oversized, garbage frame)
 WITHHELD = "withheld"  # a peer announced a shard, then did not serve it (not-found, error or timeout)
+# Trainer chains (swarm/forkchoice.py)
+EQUIVOCATED = "equivocated"  # two different manifests signed for one (term, version): banned at once
+TERM_BACKWARDS = "term-backwards"  # a trainer signed a lower term than it signed before
+NOT_ON_CHAIN = "not-on-chain"  # a delta whose parent is not the version its own chain has there
+STANDBY_PUBLISHED = "standby-published"  # published in a term whose better-ranked trainer is visibly alive
+SUPERSEDED = "superseded"  # a manifest of a chain the fork choice has left (a healed partition): no penalty
+OTHER_CHAIN = "other-chain"  # rollouts from a version that is not on this trainer's chain: no penalty
 
 
 class Rejected(Exception):

@@ -21,6 +21,7 @@ TASK_ID_HEX = 16  # task ids: 8 bytes of blake2b over the task body, as hex
 MAX_TIME = 1e11  # seconds since the epoch; far beyond any real clock, rejects absurd values
 MAX_PEERS_DECLARED = 1 << 20  # StatusHeartbeat.peers: a swarm-size estimate, bounded
 MAX_PIECES = 16384  # pieces of one version: 4 GiB at 256 KiB; their hashes (557 KB) still fit a manifest
+MAX_TERM = 1 << 32  # takeovers of one task, at most
 
 
 class Message(Struct):
@@ -116,6 +117,9 @@ class RolloutCommitment(Message):
     samples_per_prompt: int = f(min=1, max=256)
     num_tokens: int = f(min=0)
     mean_reward: float = f(min=-1e6, max=1e6)
+    # The term of the manifest that published `policy_version`: with the version it names one chain's
+    # version (swarm/forkchoice.py), so a trainer never trains on rollouts from another chain.
+    policy_term: int = f(min=0, max=MAX_TERM, default=0)
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,10 @@ class WeightManifest(Message):
     # shard is one piece (a manifest built outside trainer/weights, e.g. a benchmark's).
     piece_size: int = f(min=0, max=64 << 20, default=0)
     piece_hashes: tuple[bytes, ...] = f(max=MAX_PIECES, item_max=HASH, default=())
+    # Who published it on which chain (swarm/forkchoice.py): the term, raised by one at each takeover,
+    # and the signer's rank (its index in the task's trainer_keys).
+    term: int = f(min=0, max=MAX_TERM, default=0)
+    rank: int = f(min=0, max=15, default=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()

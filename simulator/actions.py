@@ -28,12 +28,14 @@ class Actions:
         sim = self.sim
         validators = tuple(n.identity.public_key for n in sim.nodes
                            if spec is not None and n.group.name in spec.validators)
+        trainers = [sim.nodes[i] for i in sim.live_honest() if sim.nodes[i].group.name == group]
         for i in sim.live_honest():
             node = sim.nodes[i]
             if node.group.name == group:
                 now = sim.core_now(node)
+                keys = tuple(n.identity.public_key for n in trainers[:spec.trainers if spec is not None else 1])
                 task = TaskAnnouncement(name=name, model=model, env=env, created_at=now, expires_at=now + ttl,
-                                        trainer_keys=(node.identity.public_key,), validator_keys=validators[:64],
+                                        trainer_keys=keys, validator_keys=validators[:64],
                                         async_level=spec.async_level if spec is not None else 2,
                                         params=dict(spec.params) if spec is not None else {})
                 sim.trace.record(sim.loop.now, i, "task", {"task_id": task.task_id, "name": name,

@@ -78,7 +78,7 @@ class VersionsForward(Check):
                 del self.current[key]
             return
         self.events += 1
-        key = (peer, f["task_id"])
+        key = (peer, f["task_id"], int(f.get("term", 0)))  # a better chain may restart lower (forkchoice.py)
         version = int(f["version"])
         if key in self.current and version < self.current[key]:
             self.bad.append({"t": round(t, 3), "peer": peer, "task": f["task_id"], "from": self.current[key],
@@ -92,32 +92,50 @@ class VersionsForward(Check):
 class TrainingAdvances(Check):
     """Progress, not only safety: every task whose trainer published a version also published one in the
     last third of the time since (a trainer that lost a batch for good once sat at version 0 for an
-    hour while every safety check passed)."""
+    hour while every safety check passed), and no two consecutive versions (by any of its trainers)
+    are further apart than `takeover_after` plus two version periods (the median gap): a standby's
+    silence before taking over, then its first step."""
 
     name = "training-advances"
-    kinds = ("emit.version-published",)
+    kinds = ("emit.version-published", "emit.trainer-starting", "emit.trainer-standby")
 
     def __init__(self, peers):
         super().__init__(peers)
-        self.first: dict[str, float] = {}  # task -> when its first version was published
-        self.last: dict[str, tuple[float, int]] = {}  # task -> (when, version) of its newest
+        self.times: dict[str, list[float]] = {}  # task -> when each version was published
+        self.last: dict[str, tuple[float, int]] = {}  # task -> (when, version) of its latest publication
+        self.takeover: dict[str, float] = {}
 
     def feed(self, t, peer, kind, f):
         task = f["task_id"]
-        self.first.setdefault(task, t)
-        if task not in self.last or int(f["version"]) > self.last[task][1]:
-            self.last[task] = (t, int(f["version"]))
+        if kind != "emit.version-published":
+            self.takeover[task] = float(f.get("takeover_after", 0.0))
+            return
+        self.times.setdefault(task, []).append(t)
+        self.last[task] = (t, int(f["version"]))
+
+    def longest_gap(self, task: str) -> tuple[float, float]:
+        """(longest gap between publications, its bound)."""
+        times = self.times[task]
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        if not gaps:
+            return 0.0, float("inf")
+        return gaps[-1], self.takeover.get(task, 0.0) + 2 * gaps[len(gaps) // 2]
 
     def result(self, end, settle):
-        stalled = []
-        for task in sorted(self.first):
-            since = self.first[task] + (end - self.first[task]) * 2 / 3
+        stalled, figures = [], []
+        for task in sorted(self.times):
+            first = self.times[task][0]
+            since = first + (end - first) * 2 / 3
             at, version = self.last[task]
+            gap, bound = self.longest_gap(task)
+            figures.append(f"{gap:.1f} s (bound {bound:.1f})")
             if at < since:
                 stalled.append({"task": task, "newest": version, "published_at": round(at, 3),
                                 "none_since": round(since, 3)})
-        return CheckResult(not stalled, f"{len(self.first)} tasks, {len(stalled)} without a version in the "
-                                        f"last third of their run", stalled)
+            if gap > bound:
+                stalled.append({"task": task, "longest_gap": round(gap, 3), "bound": round(bound, 3)})
+        return CheckResult(not stalled, f"{len(self.times)} tasks, longest gap {', '.join(figures)}, "
+                                        f"{len(stalled)} stalled", stalled)
 
 
 class NoBadTraining(Check):

@@ -8,9 +8,10 @@ Invariants:
 * tasks-learned: every honest peer up at the end, whose current incarnation is older than the settle
   period, has learned (Emit "task-learned") every unexpired task announced before the settle period.
 * honest-not-banned: no honest peer emits "peer-banned" about an honest peer.
-* versions-forward: per peer incarnation and task, "version-installed" versions never decrease.
+* versions-forward: per peer incarnation, task and chain term, "version-installed" versions never decrease.
 * no-bad-training: no "rollout-trained" names a worker that is an adversary, produced forged job
   results, or was banned by the training peer before it trained.
+* one-chain, trained-on-own-chain: trainer chains (check_chain.py).
 * adversaries-banned: every detectable adversary that ran is banned by at least one honest peer.
 * delivery-complete: every measured gossip message reached every live honest peer (see Delivery).
 
@@ -29,6 +30,7 @@ import json
 from typing import Iterable, Iterator
 
 from simulator.check_base import Check, CheckResult, PeerTable
+from simulator.check_chain import OneChain, TrainedOnOwnChain
 from simulator.check_delivery import Delivery
 from simulator.check_metrics import REWARD_WINDOW, Bytes, Training, VersionSpread
 from simulator.check_roles import (AdversariesBanned, HonestNotBanned, NoBadTraining, TasksLearned, TrainingAdvances,
@@ -39,7 +41,7 @@ __all__ = ["CHECKS", "REWARD_WINDOW", "Check", "CheckResult", "Evaluator", "Peer
 
 
 CHECKS = {c.name: c for c in (TasksLearned, HonestNotBanned, VersionsForward, TrainingAdvances, NoBadTraining,
-                              AdversariesBanned, Delivery)}
+                              AdversariesBanned, Delivery, OneChain, TrainedOnOwnChain)}
 
 
 class Evaluator:

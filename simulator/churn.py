@@ -27,7 +27,8 @@ class FaultPlan:
 
     def describe(self) -> dict:
         return {"loss": round(self.loss, 6), "skew_max": self.skew_max,
-                "partitions": [{"at": round(p.at, 3), "duration": round(p.duration, 3), "fraction": round(p.fraction, 3)}
+                "partitions": [{"at": round(p.at, 3), "duration": round(p.duration, 3), "fraction": round(p.fraction, 3),
+                                **({"side": list(p.side)} if p.side else {})}
                                for p in self.partitions],
                 "slow": [{"fraction": round(s.fraction, 3), "factor": round(s.factor, 3),
                           "extra_delay_ms": round(s.extra_delay_ms, 3)} for s in self.slow]}
@@ -75,6 +76,8 @@ class Churn:
                 loop.at(at, self.sim.start_peer, index)
         for spec in self.plan.slow:
             loop.at(0.0, self._slow, spec)
+        for crash in s.faults.crashes:
+            loop.at(crash.at, self._crash, crash)
         for part in self.plan.partitions:
             loop.at(part.at, self._partition, part)
             loop.at(part.at + part.duration, self._heal)
@@ -87,8 +90,25 @@ class Churn:
         if s.workload.probe_rate > 0:
             loop.at(s.workload.probe_start, self._probe)
 
-    def _churnable(self) -> list[int]:
-        return [i for i in sorted(self.sim.live) if self.sim.nodes[i].group.churn]
+    def _churnable(self, restarts: bool = False) -> list[int]:
+        """Live peers churn may replace (or, with `restarts`, crash and restart)."""
+        ok = (True, "restart") if restarts else (True,)
+        return [i for i in sorted(self.sim.live) if self.sim.nodes[i].group.churn in ok]
+
+    def peers_named(self, ref: str) -> list[int]:
+        """'group:k' or 'group:a-b' (creation order within the group), or 'group' (all of it)."""
+        group, _, which = ref.partition(":")
+        members = [n.index for n in self.sim.nodes if n.group.name == group]
+        if not which:
+            return members
+        a, _, b = which.partition("-")
+        return members[int(a):int(b)] if b else members[int(a):int(a) + 1]
+
+    def _crash(self, crash) -> None:
+        for i in self.peers_named(crash.peer):
+            self.sim.stop_peer(i, "crash")
+            if crash.downtime > 0:
+                self.sim.loop.after(crash.downtime, self._restart, i)
 
     def _replace_round(self) -> None:
         sim, now = self.sim, self.sim.loop.now
@@ -108,7 +128,7 @@ class Churn:
         if sim.loop.now >= self.faulty_until:
             return
         p = 1.0 - math.exp(-self.s.churn.crash_rate / 60.0)
-        for i in self._churnable():
+        for i in self._churnable(restarts=True):
             if self.rng.random() < p:
                 sim.stop_peer(i, "crash")
                 sim.loop.after(self.s.churn.downtime, self._restart, i)
@@ -131,7 +151,10 @@ class Churn:
     def _partition(self, part: PartitionSpec) -> None:
         sim = self.sim
         everyone = list(range(len(sim.nodes)))
-        minority = sorted(self.rng.sample(everyone, max(1, int(round(part.fraction * len(everyone))))))
+        if part.side:
+            minority = sorted({i for ref in part.side for i in self.peers_named(ref)})
+        else:
+            minority = sorted(self.rng.sample(everyone, max(1, int(round(part.fraction * len(everyone))))))
         sim.net.set_partition({i: 1 for i in minority})
         sim.trace.record(sim.loop.now, -1, "partition", {"side": minority[:10000], "n": len(minority)})
         for i in minority:

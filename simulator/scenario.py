@@ -48,7 +48,8 @@ class PeerGroup(Settings):
     down_mbps: float = Field(100.0, gt=0, le=1e6)
     adversary: str = Field("", description="an adversary kind, '' for honest peers")
     adversary_params: dict = {}
-    churn: bool = Field(True, description="whether random churn may replace peers of this group")
+    churn: bool | Literal["restart"] = Field(True, description="whether random churn may replace peers of this group; "
+                                             "'restart': crash-restarts only (a task's trainers: it names their keys)")
     join_at: float = Field(0.0, ge=0)
     join_spread: float = Field(0.0, ge=0, description="joins spread evenly over this many seconds after join_at")
 
@@ -73,6 +74,8 @@ class TaskSpec(Settings):
     async_level: int = Field(2, ge=0, le=16)
     params: dict = Field({}, description="task params, announced as written: swarm/taskparams.py TaskParams")
     validators: Strs = Field((), description="peer groups whose keys the task names as trusted validators")
+    trainers: int = Field(1, ge=1, le=16, description="the task's trainers: the first this many live honest peers "
+                                                      "of `by`, in order (rank 0, the announcer, first)")
 
 
 class ChurnSpec(Settings):
@@ -87,6 +90,14 @@ class PartitionSpec(Settings):
     at: float = Field(ge=0)
     duration: float = Field(gt=0)
     fraction: float = Field(0.5, gt=0, lt=1, description="share of peers cut off on the minority side")
+    side: Strs = Field((), description="the minority exactly, instead of a random `fraction`: 'group:k' (the "
+                                       "group's k-th peer) or 'group:a-b' (peers a..b-1)")
+
+
+class CrashSpec(Settings):
+    at: float = Field(ge=0)
+    peer: str = Field(description="'group:k': the group's k-th peer")
+    downtime: float = Field(0.0, ge=0, description="seconds until it restarts with the same identity; 0: never")
 
 
 class SlowSpec(Settings):
@@ -103,6 +114,7 @@ class FaultsSpec(Settings):
     slow_max: float = Field(0.2, ge=0, le=1)
     skew_max: float = Field(0.0, ge=0, le=3600, description="each peer's clock is off by uniform(-skew_max, skew_max) s")
     partitions: _many(PartitionSpec) = ()
+    crashes: _many(CrashSpec) = ()
     slow: _many(SlowSpec) = ()
 
 
@@ -205,6 +217,10 @@ def _validate(s: Scenario) -> Scenario:
     for i, c in enumerate(s.checks):
         if c not in checkers.CHECKS:
             raise ScenarioError(f"scenario.checks[{i}]: unknown check {c!r} (known: {', '.join(sorted(checkers.CHECKS))})")
+    refs = [(f"partitions[{i}].side", r) for i, p in enumerate(s.faults.partitions) for r in p.side]
+    for where, ref in refs + [(f"crashes[{i}].peer", c.peer) for i, c in enumerate(s.faults.crashes)]:
+        if ref.partition(":")[0] not in names:
+            raise ScenarioError(f"scenario.faults.{where}: {ref!r} names no peer group")
     for i, part in enumerate(s.faults.partitions):
         if part.at + part.duration > s.duration - s.settle:
             raise ScenarioError(f"scenario.faults.partitions[{i}]: must heal before the settle phase "

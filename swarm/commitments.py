@@ -30,7 +30,7 @@ class CommitmentBook:
 
     @staticmethod
     def _claim(c: RolloutCommitment, worker_key: bytes) -> tuple:
-        return (worker_key, c.policy_version, c.prompt_indices)
+        return (worker_key, c.policy_version, c.policy_term, c.prompt_indices)  # one slice per chain's version
 
     def replay_of(self, commitment_id: bytes, c: RolloutCommitment, worker_key: bytes) -> bytes | None:
         """The id of an earlier commitment this one repeats, if any."""

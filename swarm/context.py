@@ -17,12 +17,14 @@ from gossip.identity import Identity, peer_id_from_public_key
 from gossip.messages import Message, RolloutCommitment, WeightManifest
 from swarm.io import Dial, Publish, RunJob, SendRequest
 from swarm.rng import Rng, stable_seed
+from swarm.taskparams import TaskParams
 
 if TYPE_CHECKING:
     from gossip.errors import Rejected
     from gossip.reputation import ReputationLedger
     from gossip.seen import SeenCache
     from swarm.blobrefs import BlobRefs
+    from swarm.forkchoice import Chains, ForkChoice
     from swarm.membership import Membership, PeerInfo
     from swarm.stats import GossipStats
     from swarm.tasks import TaskBook
@@ -64,7 +66,8 @@ class Pending:
 class RoleContext:
     def __init__(self, identity: Identity, roles: tuple[str, ...], seed: int, *, membership: Membership,
                  ledger: ReputationLedger, tasks: TaskBook, versions: dict[str, int], blobs: BlobRefs,
-                 timers: Timers, seen: SeenCache, stats: GossipStats, trust: Trust, pending: Pending) -> None:
+                 timers: Timers, seen: SeenCache, stats: GossipStats, trust: Trust, pending: Pending,
+                 chains: Chains) -> None:
         self._identity = identity
         self._roles = roles
         self._seed = seed
@@ -78,6 +81,7 @@ class RoleContext:
         self._stats = stats
         self._trust = trust
         self._pending = pending
+        self._chains = chains
         self._shards = None  # the shard exchange role, itself built with this context (`attach_shards`)
 
     def attach_shards(self, shards) -> None:
@@ -169,6 +173,10 @@ class RoleContext:
         """Worth a dial now: not linked, addresses known, past its backoff, not banned."""
         return self._membership.dialable(info, now) and not self._ledger.is_banned(info.peer_id)
 
+    def chain(self, task_id: str) -> ForkChoice:
+        """The task's fork choice (swarm/forkchoice.py): the head chain, who was heard when."""
+        return self._chains.of(task_id, TaskParams.of(self._tasks.tasks[task_id].task).takeover_s)
+
     def alive_with_role(self, role: str) -> list[str]:
         """Alive peers whose heartbeats name `role`, sorted."""
         peers = self._membership.peers
@@ -179,6 +187,13 @@ class RoleContext:
     def hold_version(self, task_id: str, version: int) -> None:
         """We hold `version` (heartbeats tell peers whom to ask); the newest held is what counts."""
         self._versions[task_id] = max(self._versions.get(task_id, -1), version)
+
+    def switched_version(self, task_id: str, version: int) -> None:
+        """After a chain switch: the newest version held on the new chain (-1: none yet)."""
+        if version < 0:
+            self._versions.pop(task_id, None)
+        else:
+            self._versions[task_id] = version
 
     def trained_version(self, task_id: str, version: int) -> None:
         """The trainer's newest version: what it serves, whatever else this peer heard."""

@@ -28,6 +28,7 @@ from swarm.blobrefs import BlobRefs
 from swarm.commands import Commands
 from swarm.commitments import CommitmentBook
 from swarm.context import Pending, RoleContext
+from swarm.forkchoice import Chains
 from swarm.intake import Intake
 from swarm.io import (Ban, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived, PeerConnected,
                       PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent, ShardsPresent,
@@ -41,6 +42,7 @@ from swarm.roles.validator import ValidatorRole
 from swarm.roles.worker import WorkerRole
 from swarm.rng import Rng
 from swarm.stats import GossipStats
+from swarm.taskparams import TaskParams
 from swarm.tasks import TaskBook
 from swarm.tasksync import TaskSync
 from swarm.timers import Timers
@@ -92,6 +94,7 @@ class PeerCore:
         self.timers = Timers()
         self.blobs = BlobRefs()  # weights blobs the roles still use; the rest are deleted
         self.pending = Pending()
+        self.chains = Chains()  # per task: which trainer's chain this peer follows (swarm/forkchoice.py)
         self.trust = Trust(self.peer_id, identity.public_key, "trainer" in config.roles, self.ledger)
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         self.intake = Intake(self.peer_id, config, envelope_memo.open if envelope_memo is not None else open_envelope,
@@ -99,7 +102,7 @@ class PeerCore:
         self.context = ctx = RoleContext(
             identity, config.roles, seed, membership=self.membership, ledger=self.ledger, tasks=self.tasks,
             versions=self.versions, blobs=self.blobs, timers=self.timers, seen=self.seen, stats=self.stats,
-            trust=self.trust, pending=self.pending)
+            trust=self.trust, pending=self.pending, chains=self.chains)
         self.roles: list[Role] = [ROLE_CLASSES[r](ctx) for r in config.roles if r in ROLE_CLASSES]
         self.shards = ShardsRole(ctx, ctx.rng("shards"))  # every peer serves what it holds
         ctx.attach_shards(self.shards)
@@ -259,6 +262,8 @@ class PeerCore:
             self.tasks.heard_manifest(task_id, now)  # authorised above: signed by one of its trainers
         if isinstance(signed.message, ShardHave):
             effects += self.shards.on_have(now, signed.message, signer)
+        if isinstance(signed.message, WeightManifest):
+            effects += self._judge_chain(now, task, signed)
         if isinstance(signed.message, RolloutCommitment):
             self.trust.record_commitment(task_id, signed, signer)
         if isinstance(signed.message, Verdict):
@@ -267,6 +272,15 @@ class PeerCore:
             effects += role.on_message(now, signed, signer)
         self.stats.on_delivered(signed.kind, None)
         return effects
+
+    def _judge_chain(self, now: float, task: TaskAnnouncement, signed: SignedMessage) -> list:
+        """The fork choice refuses a losing or bad manifest (raises Rejected) before any role sees it."""
+        m: WeightManifest = signed.message
+        fork = self.chains.of(task.task_id, TaskParams.of(task).takeover_s)
+        if not fork.judge(now, task, m, signed.signer):
+            return []
+        return [Emit("chain-switched", {"task_id": task.task_id, "term": m.term, "rank": m.rank,
+                                        "version": m.version})]
 
     # ------------------------------------------------------------------ requests
 

@@ -34,6 +34,8 @@ class TaskParams(Settings):
     n_prompts: int = Field(1 << 30, gt=0, description="the index space prompt assignment draws from")
     republish_interval: float = Field(10.0, gt=0, description="seconds between a trainer's re-announcements "
                                                               "of its latest version")
+    takeover_after: float | None = Field(None, gt=0, description="seconds of silence from the active trainer "
+                                         "before a standby takes over; None: 3 x republish_interval")
     max_batches_per_version: int = Field(256, gt=0, description="a worker's batches for one version, at most")
     validate_fraction: float = Field(1.0, ge=0, le=1, description="share of commitments a validator checks")
     # ---- read by the trainer's jobs (None: the trainer's default)
@@ -62,6 +64,13 @@ class TaskParams(Settings):
     piece_size: int | None = Field(None, ge=MIN_PIECE_SIZE, description="bytes per requested piece of a shard")
     full_every: int | None = Field(None, ge=1, description="a full version after this many deltas")
     weights_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype weights travel in")
+
+    @property
+    def takeover_s(self) -> float:
+        """The active trainer's liveness signal is its re-announcement (every `republish_interval`, training
+        or not), so silence is judged against that period, not the version period: three missed
+        re-announcements make a takeover."""
+        return self.takeover_after if self.takeover_after is not None else 3.0 * self.republish_interval
 
     @classmethod
     def of(cls, task: TaskAnnouncement) -> "TaskParams":

@@ -7,7 +7,10 @@ them, each shard checked against the manifest's hash). When all shards of a vers
 its parent is installed (or it is a full version), an `unpack` job rebuilds it (trainer/weights:
 every shard, the root and every tensor hash are checked again) and stores the weights as a blob,
 whose hash is what generate and verify jobs use. A newcomer installs the chain from the last full
-version forward (the trainer re-announces that chain). Versions older than the window (`keep`)
+version forward (the trainer re-announces that chain). A follower follows one trainer's chain, one
+`(term, rank)` (swarm/forkchoice.py: a term's first version is full, so its chain back to the last
+full version is its own); a manifest of a better chain (the core's fork choice refuses worse ones)
+drops everything held of the old one and starts over on the new. Versions older than the window (`keep`)
 plus a margin are released: their shards are garbage-collected and their weights blobs deleted
 once no other role of this peer holds them (`RoleContext.release_blobs`).
 """
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 
 from gossip.messages import WeightManifest
 from swarm import jobs
+from swarm.forkchoice import chain_key
 from swarm.io import Emit, JobFinished, ResponseReceived
 
 RETRY_AFTER = 5.0
@@ -38,6 +42,7 @@ class PolicyFollower:
     ready: set[int] = field(default_factory=set)  # versions whose shards are all held
     unpacking: int | None = None
     failures: int = 0
+    chain: tuple[int, int] | None = None  # (term, rank) of the trainer chain followed
     ctx: object = None  # the owner's RoleContext, kept from the first input
     owner: object = None
 
@@ -45,6 +50,14 @@ class PolicyFollower:
 
     def on_manifest(self, ctx, owner, now: float, msg: WeightManifest, signer: str) -> list:
         self.ctx, self.owner = ctx, owner
+        effects = []
+        if self.chain is None or chain_key(msg.term, msg.rank) > chain_key(*self.chain):
+            effects = self._switch(now, (msg.term, msg.rank))
+        elif chain_key(msg.term, msg.rank) < chain_key(*self.chain):
+            return []  # a losing chain (our own trainer's, just before it stepped down)
+        return effects + self._learn(now, msg, signer)
+
+    def _learn(self, now: float, msg: WeightManifest, signer: str) -> list:
         known = self.manifests.get(msg.version)
         if known is not None and known.root != msg.root:
             return [Emit("weights-conflict", {"task_id": self.task_id, "version": msg.version})]
@@ -58,6 +71,25 @@ class PolicyFollower:
         if msg.version > self.latest:
             self.latest, self.latest_source = msg.version, signer
         return self._advance(now)
+
+    def _switch(self, now: float, chain: tuple[int, int]) -> list:
+        """Follow another chain: nothing of the old one is used again (an unpack in flight is dropped
+        when it ends)."""
+        old, self.chain = self.chain, chain
+        if old is None:
+            return []
+        effects = self.ctx.release_blobs(self, list(self.held.values()))
+        for m in self.manifests.values():
+            effects += self.ctx.release_shards(now, m.root, self)
+        self.held, self.manifests, self.signers = {}, {}, {}
+        self.wanted, self.ready, self.latest = set(), set(), -1
+        self.ctx.switched_version(self.task_id, -1)
+        return effects + [Emit("chain-followed", {"task_id": self.task_id, "term": chain[0], "rank": chain[1],
+                                                  "from_term": old[0], "from_rank": old[1]})]
+
+    @property
+    def term(self) -> int:
+        return self.chain[0] if self.chain is not None else 0
 
     def fetch_latest(self, ctx, owner, now: float) -> list:
         """Retry after a failure (the owner's refetch timer)."""
@@ -89,10 +121,13 @@ class PolicyFollower:
             ctx.timer(f"{owner.name}:{self.task_id}:refetch", now + RETRY_AFTER)
             return effects
         result: jobs.VersionResult = done.result
+        if version not in self.manifests:  # of a chain left meanwhile
+            ctx.hold_blob(self, result.weights)
+            return ctx.release_blobs(self, [result.weights]) + self._advance(now)
         self.held[version] = result.weights
         ctx.hold_blob(self, result.weights)
         ctx.hold_version(self.task_id, max(self.held))
-        effects = [Emit("version-installed", {"task_id": self.task_id, "version": version})]
+        effects = [Emit("version-installed", {"task_id": self.task_id, "version": version, "term": self.term})]
         effects += self._forget_old(now)
         effects += owner.on_timer(now, f"{owner.name}:{self.task_id}:installed")
         return effects + self._advance(now)

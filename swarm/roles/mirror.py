@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gossip.messages import WeightManifest
 from swarm.context import RoleContext
+from swarm.forkchoice import chain_key
 from swarm.io import Emit
 from swarm.roles.base import Role
 
@@ -22,6 +23,7 @@ class MirrorTask:
     keep: int
     manifests: dict[int, WeightManifest] = field(default_factory=dict)
     held: set[int] = field(default_factory=set)
+    chain: tuple[int, int] = (0, 0)  # (term, rank) of the trainer chain mirrored (swarm/forkchoice.py)
 
 
 class MirrorRole(Role):
@@ -39,13 +41,23 @@ class MirrorRole(Role):
     def on_message(self, now, signed, signer) -> list:
         msg = signed.message
         state = self.tasks.get(getattr(msg, "task_id", ""))
-        if state is None or not isinstance(msg, WeightManifest) or msg.version in state.manifests:
+        if state is None or not isinstance(msg, WeightManifest):
             return []
+        effects = []
+        if chain_key(msg.term, msg.rank) > chain_key(*state.chain):  # a better chain: the old one is dropped
+            state.chain = (msg.term, msg.rank)
+            for m in state.manifests.values():
+                effects += self.ctx.release_shards(now, m.root, self)
+            state.manifests, state.held = {}, set()
+            if self.serves:
+                self.ctx.switched_version(task_id=msg.task_id, version=-1)
+        if msg.version in state.manifests or chain_key(msg.term, msg.rank) < chain_key(*state.chain):
+            return effects
         newest = max(state.manifests, default=-1)
         if msg.version < newest - state.keep:
-            return []
+            return effects
         state.manifests[msg.version] = msg
-        effects = self.ctx.want_shards(now, msg, self, signer)
+        effects += self.ctx.want_shards(now, msg, self, signer)
         for v in [v for v in state.manifests if v < max(state.manifests) - state.keep]:
             state.held.discard(v)
             effects += self.ctx.release_shards(now, state.manifests.pop(v).root, self)

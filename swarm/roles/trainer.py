@@ -10,6 +10,11 @@ replay seen later) is dropped before the next step. A trusted validator's verdic
 trainer's own check contradicts costs that validator its trust. Each new version is
 announced with a signed weight manifest, re-announced periodically for late joiners. Every
 commitment trained on is recorded (`rollout-trained`), which is what audits check.
+
+A task may name several trainers: rank 0 starts active, the others are standbys that follow its
+chain and take over when it falls silent (swarm/roles/standby.py, the fork choice in
+swarm/forkchoice.py). The active trainer trains only on rollouts of versions on its own chain: a
+commitment names its version's term, and one that is not this chain's is refused (`other-chain`).
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ from gossip.messages import RolloutCommitment, TensorEntry, Verdict, WeightManif
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking
+from swarm.roles import checking, standby
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
+from swarm.roles.follower import PolicyFollower
 from swarm.rng import stable_seed
 from swarm.taskparams import TaskParams, task_spec
 from swarm.trust import SecondOpinions
@@ -54,6 +60,13 @@ class TrainerTask:
     completions: int = 0
     dropped: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=512))
+    rank: int = 0  # index in the task's trainer_keys
+    term: int = 0  # the term of the chain this trainer publishes (or last published)
+    active: bool = True  # publishing; False: a standby following the head chain
+    policy: PolicyFollower | None = None  # a standby's follower
+    chain_terms: dict[int, int] = field(default_factory=dict)  # version -> term, for the versions we train from
+    heard: deque = field(default_factory=lambda: deque(maxlen=MAX_PENDING))  # a standby's recent commitments
+    resumed: bool = False  # a returning trainer that heard no chain and resumed its own (standby.py)
 
 
 class TrainerRole(Role):
@@ -62,16 +75,26 @@ class TrainerRole(Role):
     def __init__(self, ctx: RoleContext) -> None:
         self.ctx = ctx
         self.tasks: dict[str, TrainerTask] = {}
+        self.keys: dict[str, tuple[bytes, ...]] = {}  # task -> its trainer keys (the ranks)
 
     def on_task(self, now, known) -> list:
         task = known.task
         if self.ctx.public_key not in task.trainer_keys:
             return []
-        state = self.tasks[task.task_id] = TrainerTask(task_spec(task), TaskParams.of(task), task.async_level)
+        rank = task.trainer_keys.index(self.ctx.public_key)
+        state = self.tasks[task.task_id] = TrainerTask(task_spec(task), TaskParams.of(task), task.async_level,
+                                                       rank=rank, active=rank == 0)
+        state.policy = standby.new_follower(state)
+        self.keys[task.task_id] = task.trainer_keys
+        if rank > 0:  # a standby: follows the chain until it must take over
+            self.ctx.timer(standby.timer_name(task.task_id), now + state.params.takeover_s)
+            return [Emit("trainer-standby", {"task_id": task.task_id, "rank": rank,
+                                             "takeover_after": state.params.takeover_s})]
         state.busy = True
         payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task.task_id) & 0x7FFFFFFF)
         return [self.ctx.job(self, (task.task_id, jobs.INIT, ()), jobs.INIT, payload),
-                Emit("trainer-starting", {"task_id": task.task_id, "model": task.model})]
+                Emit("trainer-starting", {"task_id": task.task_id, "model": task.model,
+                                          "takeover_after": state.params.takeover_s})]
 
     # ---- rollouts in
 
@@ -79,10 +102,18 @@ class TrainerRole(Role):
         msg = signed.message
         if isinstance(msg, Verdict):
             return self._on_verdict(now, msg, signed.signer, self.ctx.signer(signed.signer))
-        if not isinstance(msg, RolloutCommitment):
+        state = self.tasks.get(getattr(msg, "task_id", ""))
+        if isinstance(msg, WeightManifest) and state is not None:
+            effects = []
+            if standby.beaten_by(state, msg.term, msg.rank):
+                effects = standby.step_down(self.ctx, self, now, state, msg.term, msg.rank)
+            return effects + ([] if state.active else state.policy.on_manifest(self.ctx, self, now, msg, signer))
+        if not isinstance(msg, RolloutCommitment) or state is None:
             return []
-        state = self.tasks.get(msg.task_id)
-        if state is None or state.version < 0:
+        if not state.active:
+            state.heard.append((signed, signer))  # trained on if we take over
+            return []
+        if state.version < 0:
             return []
         if msg.policy_version > state.version:
             raise Rejected(errors.OUT_OF_WINDOW, f"rollouts for version {msg.policy_version}, newest is {state.version}")
@@ -92,6 +123,10 @@ class TrainerRole(Role):
         if msg.samples_per_prompt != state.params.group_size:
             raise Rejected(errors.SCHEMA, f"{msg.samples_per_prompt} samples per prompt, task says "
                                           f"{state.params.group_size}")
+        if msg.policy_version in state.chain_terms and state.chain_terms[msg.policy_version] != msg.policy_term \
+                or msg.policy_version not in state.chain_terms and msg.policy_term != state.term:
+            raise Rejected(errors.OTHER_CHAIN, f"rollouts for version {msg.policy_version} of term {msg.policy_term},"
+                                               f" not on this trainer's chain")
         if len(state.pending) >= MAX_PENDING:
             raise Rejected(errors.CAPACITY, "too many rollout batches waiting")
         check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
@@ -228,6 +263,11 @@ class TrainerRole(Role):
         if kind == jobs.VERIFY:
             return self._on_verify_finished(now, state, extra, done)
         state.busy = False
+        if not state.active:  # stepped down meanwhile: this chain is lost
+            if done.ok:
+                self.ctx.hold_blob(self, done.result.weights)
+                return self.ctx.release_blobs(self, [done.result.weights])
+            return []
         if not done.ok:
             if kind == jobs.TRAIN:  # the rollouts were not used: they may still be trained on
                 for p in state.in_step:
@@ -236,6 +276,8 @@ class TrainerRole(Role):
             self.ctx.timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": done.error[:300]})]
         result: jobs.VersionResult = done.result
+        if kind == jobs.INIT and result.version > 0 and len(self.keys[task_id]) > 1 and not state.resumed:
+            return standby.returning(self.ctx, self, now, state, result.weights)
         try:
             manifest = _manifest(now, state, result)
         except (TypeError, ValueError, KeyError) as exc:  # the job packed nothing usable: do not publish
@@ -246,9 +288,13 @@ class TrainerRole(Role):
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": f"bad manifest: {exc}"[:300]})]
         state.version, state.weights, state.weights_size = result.version, result.weights, result.size
         state.weights_by_version[result.version] = result.weights
+        state.chain_terms[result.version] = state.term
+        self.ctx.chain(task_id).own(now, state.term, state.rank, result.version)
         self.ctx.hold_blob(self, result.weights)
         old = [state.weights_by_version.pop(v) for v in sorted(state.weights_by_version)
                if v < result.version - state.async_level]
+        for v in [v for v in state.chain_terms if v < result.version - state.async_level]:
+            del state.chain_terms[v]
         kept = set(state.weights_by_version.values())
         released = self.ctx.release_blobs(self, [d for d in old if d not in kept])
         self.ctx.trained_version(task_id, result.version)
@@ -258,7 +304,8 @@ class TrainerRole(Role):
             state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
             effects.append(Emit("rollout-trained", {"task_id": task_id, "commitment_id": p.commitment_id.hex(),
                                                     "worker": p.worker, "policy_version": p.commitment.policy_version,
-                                                    "trained_into": result.version}))
+                                                    "policy_term": p.commitment.policy_term,
+                                                    "trained_into": result.version, "term": state.term}))
         stats = {k: round(float(v), 5) for k, v in dict(result.stats).items()}
         # the job's own count is this step's; `completions` stays the running total (an int) operators read
         if "completions" in stats:
@@ -267,7 +314,8 @@ class TrainerRole(Role):
         state.history.append(record)
         state.in_step = []
         # the weights hash lets audits and bench/learning.py score any version offline from the blob store
-        effects.append(Emit("version-published", {**record, "weights": result.weights.hex()}))
+        effects.append(Emit("version-published", {**record, "term": state.term, "rank": state.rank,
+                                                  "weights": result.weights.hex()}))
         effects += self._announce(now, state)
         return effects + self._maybe_train(now, state)
 
@@ -308,8 +356,17 @@ class TrainerRole(Role):
         state = self.tasks.get(task_id)
         if state is None:
             return []
-        if what == "announce" and state.version >= 0:
+        if what == "announce" and state.version >= 0 and state.active:
+            self.ctx.chain(task_id).own(now, state.term, state.rank, state.version)
             return self._announce(now, state, chain=True)
+        if what == "takeover":
+            return self._take_over(now, state)
+        if what == "resume":
+            return standby.resume(self.ctx, self, now, state)
+        if what == "refetch" and not state.active:
+            return state.policy.fetch_latest(self.ctx, self, now)
+        if not state.active:
+            return []
         if what == "blobs":
             return checking.retry_blobs(self.ctx, self, now, state.pending.values(), name)
         if what == jobs.INIT and state.version < 0 and not state.busy:
@@ -318,8 +375,21 @@ class TrainerRole(Role):
             return [self.ctx.job(self, (task_id, jobs.INIT, ()), jobs.INIT, payload)]
         return self._maybe_train(now, state)
 
+    def _take_over(self, now: float, state: TrainerTask) -> list:
+        effects = standby.check(self.ctx, self, now, state, self.keys[state.spec.task_id])
+        if not state.active:
+            return effects
+        for signed, signer in list(state.heard):  # what the workers committed to while we stood by
+            try:
+                effects += self.on_message(now, signed, signer)
+            except Rejected:
+                pass
+        state.heard.clear()
+        return effects + self._maybe_train(now, state)
+
     def snapshot(self) -> dict:
-        return {task_id: {"version": s.version, "training": s.busy,
+        return {task_id: {"version": s.version, "training": s.busy, "active": s.active, "term": s.term,
+                          "rank": s.rank,
                           "ready": sum(1 for p in s.pending.values() if p.result is not None),
                           "checking": sum(1 for p in s.pending.values() if p.result is None),
                           "rejected": s.rejected,
@@ -342,4 +412,4 @@ def _manifest(now: float, state: TrainerTask, result: jobs.VersionResult) -> Wei
         if parent not in state.manifests or state.manifests[parent].root != fields["parent_root"]:
             raise ValueError(f"delta on a parent root that is not version {parent}'s")
     return WeightManifest(task_id=state.spec.task_id, version=result.version, parent_version=parent,
-                          created_at=now, **fields)
+                          created_at=now, term=state.term, rank=state.rank, **fields)

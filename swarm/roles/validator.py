@@ -103,7 +103,10 @@ class ValidatorRole(Role):
             if not check.blob_ok or check.verifying or check.result is not None:
                 continue
             weights = state.policy.held.get(check.commitment.policy_version)
-            if weights is not None:
+            if check.commitment.policy_term != state.policy.term:  # another chain's version: not ours to judge
+                del state.checks[cid]
+                state.skipped += 1
+            elif weights is not None:
                 effects.append(checking.verify_job(self.ctx, self, state.spec, check, weights))
             elif check.commitment.policy_version < min(state.policy.held, default=0):
                 del state.checks[cid]  # older than any version we will ever hold

@@ -35,6 +35,7 @@ class WorkerTask:
     async_level: int
     policy: PolicyFollower
     job_version: int | None = None
+    job_term: int = 0  # the chain's term of the version being generated with (the commitment names it)
     batches: dict[int, int] = field(default_factory=dict)  # version -> batches generated
     extra: dict[int, int] = field(default_factory=dict)  # version -> batches allowed past the share (stalls)
     stalled: int | None = None  # the version we are waiting past, once its stall timer is set
@@ -99,7 +100,7 @@ class WorkerRole(Role):
         indices = assign_prompts(state.spec.task_id, self.ctx.public_key, version, (batch + 1) * count,
                                  state.params.n_prompts)[batch * count:]
         state.batches[version] = batch + 1
-        state.job_version = version
+        state.job_version, state.job_term = version, state.policy.term
         payload = jobs.GenerateJob(task=state.spec, version=version, weights=state.policy.held[version],
                                    prompt_indices=tuple(indices), samples_per_prompt=state.params.group_size,
                                    worker_key=self.ctx.public_key)
@@ -144,7 +145,7 @@ class WorkerRole(Role):
         commitment = RolloutCommitment(
             task_id=task_id, policy_version=version, created_at=now, blob_hash=result.blob, blob_size=result.size,
             prompt_indices=indices, samples_per_prompt=state.params.group_size, num_tokens=result.num_tokens,
-            mean_reward=result.mean_reward)
+            mean_reward=result.mean_reward, policy_term=state.job_term)
         state.commitments += 1
         state.completions += len(indices) * state.params.group_size
         state.last_reward = result.mean_reward

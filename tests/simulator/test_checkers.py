@@ -114,3 +114,30 @@ def test_trace_file_evaluates_like_the_live_run(tmp_path):
     assert {n: c.ok for n, c in checks.items()} == {n: c.ok for n, c in live.checks.items()}
     assert metrics["delivery"]["delivered"] == live.metrics["delivery"]["delivered"] > 0
     assert all(json.loads(line)["ev"] for line in path.read_text().splitlines())
+
+
+def test_a_swarm_still_forked_after_a_heal_is_caught():
+    head = lambda t, peer, term, rank: (t, peer, "emit.chain-switched", {"task_id": "t1", "term": term, "rank": rank})
+    standby = (12.0, 0, "emit.trainer-standby", {"task_id": "t1", "takeover_after": 30.0})
+    forked = _base() + [standby, head(20, 1, 0, 0), head(20, 2, 0, 0), (60.0, -1, "heal", {}), head(61, 1, 1, 1)]
+    res = _results(forked)["one-chain"]
+    assert not res.ok and res.violations[0]["heads"] == {"0/0": 1, "1/1": 1}
+    joined = _results(forked + [head(75, 2, 1, 1)])["one-chain"]
+    assert joined.ok and "[15.0]" in joined.detail  # the last peer switched 15 s after the heal
+
+
+def test_training_on_another_chains_rollouts_is_caught():
+    installed = (20.0, 0, "emit.version-installed", {"task_id": "t1", "version": 4, "term": 0})
+    trained = lambda term: (40.0, 0, "emit.rollout-trained", {"task_id": "t1", "commitment_id": "c", "worker": H2,
+                                                               "policy_version": 4, "policy_term": term})
+    assert _results(_base() + [installed, trained(0)])["trained-on-own-chain"].ok
+    assert not _results(_base() + [installed, trained(1)])["trained-on-own-chain"].ok
+
+
+def test_a_training_gap_past_takeover_plus_two_version_periods_is_caught():
+    pub = lambda t, ver: (t, 0, "emit.version-published", {"task_id": "t1", "version": ver})
+    start = (12.0, 0, "emit.trainer-starting", {"task_id": "t1", "takeover_after": 30.0})
+    steady = [pub(20.0 + 10 * k, k) for k in range(14)]  # 10 s apart up to 150 s
+    assert _results(_base() + [start] + steady + [pub(195.0, 14)])["training-advances"].ok  # 45 s <= 30 + 2 x 10
+    gap = _results(_base() + [start] + steady[:-1] + [pub(195.0, 13)])["training-advances"]
+    assert not gap.ok and gap.violations[0]["longest_gap"] == 55.0

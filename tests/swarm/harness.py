@@ -77,6 +77,7 @@ class MemoryNet:
         self.jobs = None  # optional executor: fn(peer, RunJob) -> (ok, result, error, blobs produced)
         self.jobs_run: list[tuple[str, RunJob]] = []
         self.dropped_blobs: list[tuple[str, bytes]] = []
+        self.cut: set[frozenset] = set()  # pairs that cannot dial each other (a partition)
         self.job_seconds = 0.5  # jobs take virtual time, as real ones do
         self._delayed: list[tuple[float, int, str, object]] = []
 
@@ -162,8 +163,21 @@ class MemoryNet:
     def _unsubscribe(self, peer: str, inp, effect: Unsubscribe) -> None:
         self.subs[peer].discard(effect.topic)
 
+    def partition(self, side: set[str]) -> list[tuple[str, str]]:
+        """Cut `side` off from the rest: its links across drop and dials across fail until `heal`."""
+        across = [tuple(sorted(link)) for link in sorted(self.links, key=sorted) if len(link & side) == 1]
+        self.cut = {frozenset((a, b)) for a in side for b in self.cores if b not in side}
+        for a, b in across:
+            self.disconnect(a, b)
+        return across
+
+    def heal(self, links: list[tuple[str, str]]) -> None:
+        self.cut = set()
+        for a, b in links:
+            self.connect(a, b)
+
     def _dial(self, peer: str, inp, effect: Dial) -> None:
-        if effect.peer in self.cores and effect.peer not in self.down:
+        if effect.peer in self.cores and effect.peer not in self.down and frozenset((peer, effect.peer)) not in self.cut:
             self.connect(peer, effect.peer)
         else:
             self._pending.append((peer, DialFailed(effect.peer, "unreachable")))

@@ -1,0 +1,109 @@
+"""Trainer-chain invariants (swarm/forkchoice.py): after a healed partition every live honest peer
+follows one chain, and no trainer trains on rollouts of a version outside its own chain.
+
+* one-chain: for each heal, every honest peer up from the heal to `heal + bound` has, at that time,
+  the same head chain (term, rank) for each task (a trainer's head is its own chain once it takes
+  over or publishes). The bound is the task's `takeover_after` (three
+  re-announcement periods by default): the winner re-announces within one period, and one gossip
+  round later every peer that hears it has switched. The figure reported is how long after the heal
+  the last of them switched.
+* trained-on-own-chain: every "rollout-trained" names a (version, term) that its trainer published or
+  installed on the chain it was on then (reset when it starts, switches chains or steps down).
+"""
+
+from __future__ import annotations
+
+from simulator.check_base import Check, CheckResult
+
+DEFAULT_BOUND = 30.0  # takeover_after of a task whose trainers said nothing
+
+
+class OneChain(Check):
+    name = "one-chain"
+    kinds = ("emit.chain-switched", "emit.trainer-takeover", "emit.version-published", "emit.trainer-starting",
+             "emit.trainer-standby", "heal", "start")
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.switches: dict[tuple[int, str], list[tuple[float, tuple[int, int]]]] = {}  # (peer, task) -> [(t, head)]
+        self.bound: dict[str, float] = {}
+        self.heals: list[float] = []
+        self.starts: dict[int, float] = {}
+
+    def feed(self, t, peer, kind, f):
+        if kind == "heal":
+            self.heals.append(t)
+        elif kind == "start":
+            self.starts[peer] = t
+            for key in [k for k in self.switches if k[0] == peer]:
+                self.switches[key].append((t, None))  # a new incarnation knows no head yet
+        elif kind in ("emit.chain-switched", "emit.trainer-takeover", "emit.version-published"):
+            # a trainer's own chain is its head: it hears no manifest of its own
+            seen, head = self.switches.setdefault((peer, f["task_id"]), []), (int(f.get("term", 0)), int(f.get("rank", 0)))
+            if not seen or seen[-1][1] != head:
+                seen.append((t, head))
+        else:
+            self.bound[f["task_id"]] = float(f.get("takeover_after", DEFAULT_BOUND))
+
+    def _head_at(self, key, at):
+        head, since = None, None
+        for t, h in self.switches.get(key, ()):
+            if t > at:
+                break
+            head, since = h, t
+        return head, since
+
+    def result(self, end, settle):
+        bad, figures = [], []
+        for heal in self.heals:
+            for task in sorted(self.bound):
+                at = heal + self.bound[task]
+                if at > end:
+                    continue
+                heads, last = {}, heal
+                for (peer, t_id) in sorted(self.switches):
+                    if t_id != task or not self.peers.honest(peer) or not self.peers.up_throughout(peer, heal, at):
+                        continue
+                    head, since = self._head_at((peer, task), at)
+                    if head is not None:
+                        heads.setdefault(head, []).append(peer)
+                        last = max(last, since)
+                if len(heads) > 1:
+                    bad.append({"heal": round(heal, 3), "task": task, "at": round(at, 3),
+                                "heads": {f"{k[0]}/{k[1]}": len(v) for k, v in sorted(heads.items())}})
+                else:
+                    figures.append(round(last - heal, 3))
+        return CheckResult(not bad, f"{len(self.heals)} heals; one chain {figures} s after each; "
+                                    f"{len(bad)} still forked at the bound", bad)
+
+
+class TrainedOnOwnChain(Check):
+    name = "trained-on-own-chain"
+    kinds = ("emit.rollout-trained", "emit.version-published", "emit.version-installed", "emit.chain-followed",
+             "emit.trainer-stepped-down", "start")
+
+    def __init__(self, peers):
+        super().__init__(peers)
+        self.chain: dict[tuple[int, str], set[tuple[int, int]]] = {}
+        self.bad: list[dict] = []
+        self.trained = 0
+
+    def feed(self, t, peer, kind, f):
+        if kind == "start":
+            for key in [k for k in self.chain if k[0] == peer]:
+                del self.chain[key]
+            return
+        key = (peer, f["task_id"])
+        if kind in ("emit.chain-followed", "emit.trainer-stepped-down"):
+            self.chain.pop(key, None)
+        elif kind in ("emit.version-published", "emit.version-installed"):
+            self.chain.setdefault(key, set()).add((int(f["version"]), int(f.get("term", 0))))
+        elif "policy_version" in f:
+            self.trained += 1
+            named = (int(f["policy_version"]), int(f.get("policy_term", 0)))
+            if named not in self.chain.get(key, ()):
+                self.bad.append({"t": round(t, 3), "trainer": peer, "version": named[0], "term": named[1]})
+
+    def result(self, end, settle):
+        return CheckResult(not self.bad, f"{self.trained} rollouts trained, {len(self.bad)} from another chain",
+                           self.bad)
