@@ -27,12 +27,13 @@ from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
 import trio
-from libp2p.abc import INetConn, INetStream, INetwork, INotifee
+from libp2p.abc import INetConn, INetwork
 from libp2p.rcmgr import Direction
 from multiaddr import Multiaddr
 
 from .budget import PenaltyBox
 from .conngate import CONN_FLOOD, Conn, ConnGate, ConnLimits, pick_trim
+from .events import ConnectionNotifee
 from .stats import HostStats
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def remote_key(obj: Any) -> tuple[str, int] | None:
     return (str(addr[0]), int(addr[1])) if addr else None
 
 
-class ConnGuard(INotifee):
+class ConnGuard(ConnectionNotifee):
     """Pending-handshake admission at the listener, established-connection limits in ``connected``."""
 
     def __init__(self, limits: ConnLimits, stats: HostStats, penalties: PenaltyBox) -> None:
@@ -181,15 +182,3 @@ class ConnGuard(INotifee):
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._since.pop(conn, None)
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None

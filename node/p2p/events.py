@@ -28,7 +28,23 @@ def _live(conn: INetConn) -> bool:
     return muxed is None or not getattr(muxed, "is_closed", False)
 
 
-class PeerEvents(INotifee):
+class ConnectionNotifee(INotifee):
+    """The stream and listener events no notifee of ours uses, answered once here."""
+
+    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
+        return None
+
+    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
+
+    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
+        return None
+
+
+class PeerEvents(ConnectionNotifee):
     """Tracks which peers are connected and calls the registered callbacks on transitions."""
 
     def __init__(self, self_id: str, stats: HostStats) -> None:
@@ -64,15 +80,3 @@ class PeerEvents(INotifee):
             return  # another connection to this peer is still up
         self.connected_peers.discard(peer_id)
         self._emit(peer_id, False)
-
-    async def opened_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def closed_stream(self, network: INetwork, stream: INetStream) -> None:
-        return None
-
-    async def listen(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None
-
-    async def listen_close(self, network: INetwork, multiaddr: Multiaddr) -> None:
-        return None

@@ -10,12 +10,14 @@ from __future__ import annotations
 import hashlib
 from collections import deque
 
-from swarm.core import PeerCore
+from gossip.identity import Identity
+from swarm.core import CoreConfig, PeerCore
 from swarm import protocols, shardwire
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, KeepShards,
                       MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
                       Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent,
                       Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
+from tests.samples import T0
 
 
 FAKE_SHARD = 256
@@ -287,3 +289,13 @@ class MemoryNet:
 
     def events_named(self, name: str) -> list[tuple[str, dict]]:
         return [(p, dict(e.fields)) for p, e in self.events if e.event == name]
+
+
+def star_net(n: int, **config) -> tuple[MemoryNet, list[PeerCore]]:
+    """n started cores (CoreConfig(**config)) all linked to core 0, at T0."""
+    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(**config), seed=i) for i in range(n)]
+    net = MemoryNet(cores, T0)
+    net.start()
+    for other in cores[1:]:
+        net.connect(cores[0].peer_id, other.peer_id)
+    return net, cores

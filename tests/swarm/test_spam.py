@@ -10,19 +10,9 @@ from gossip import topics
 from gossip.envelope import seal
 from gossip.identity import Identity
 from gossip.messages import Probe
-from swarm.core import CoreConfig, PeerCore
 from swarm.io import Ban, MessageVerdict
 from tests.samples import T0
-from tests.swarm.harness import MemoryNet
-
-
-def wired(n: int = 3, **config) -> tuple[MemoryNet, list[PeerCore]]:
-    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(**config), seed=i) for i in range(n)]
-    net = MemoryNet(cores, T0)
-    net.start()
-    for other in cores[1:]:
-        net.connect(cores[0].peer_id, other.peer_id)
-    return net, cores
+from tests.swarm.harness import star_net
 
 
 def probe(key: Identity, seq: int, now: float) -> bytes:
@@ -36,7 +26,7 @@ def verdict(effects: list) -> MessageVerdict:
 def test_self_minted_traffic_does_not_launder_garbage():
     """40 malformed messages (8x the ban threshold) among 4,000 valid ones signed by the attacker's own
     throwaway keys: the valid ones earn the forwarder nothing, so the 5th malformed one bans it."""
-    net, (victim, _honest, attacker) = wired()
+    net, (victim, _honest, attacker) = star_net(3)
     keys = [Identity(b"minted-%02d" % i + bytes(23)) for i in range(20)]
     sent_bad = banned_after = 0
     for i in range(4040):
@@ -57,7 +47,7 @@ def test_self_minted_traffic_does_not_launder_garbage():
 
 def test_an_honest_relay_earns_credit_for_content_others_also_deliver():
     """A signer whose messages reach us directly and through a relay: the relay is credited."""
-    net, (victim, relay, signer) = wired()
+    net, (victim, relay, signer) = star_net(3)
     signer_key = signer.identity
     net.inject(victim.peer_id, topics.PROBE, probe(signer_key, 1, net.now), signer.peer_id)
     assert verdict(net.inject(victim.peer_id, topics.PROBE, probe(signer_key, 2, net.now), relay.peer_id)).accepted
@@ -71,7 +61,7 @@ def test_fresh_key_flood_is_throttled_at_its_forwarder():
     """The issue's flood: 3,867 messages, each signed by a fresh key, in 30 s through one link. The per-
     signer limit never fires (one message per key); the per-forwarder limit on new signers does, and
     its penalties ban the forwarder. An honest relay's traffic is untouched meanwhile."""
-    net, (victim, relay, attacker) = wired()
+    net, (victim, relay, attacker) = star_net(3)
     honest = Identity(b"honest-signer".ljust(32, b"\0"))
     accepted = throttled = 0
     banned_at = None
@@ -96,7 +86,7 @@ def test_fresh_key_flood_is_throttled_at_its_forwarder():
 def test_reputation_table_stays_bounded_under_a_key_per_message_flood():
     """5,000 fresh keys, spread over 30 forwarders so that none is throttled: the table stays at its
     capacity, and the records with history (peers we have heard from for a while) are all kept."""
-    net, (victim, relay, _attacker) = wired()
+    net, (victim, relay, _attacker) = star_net(3)
     known = [Identity(b"known-%03d" % k + bytes(23)) for k in range(40)]
     for seq in range(10):
         for key in known:
@@ -115,7 +105,7 @@ def test_reputation_table_stays_bounded_under_a_key_per_message_flood():
 def test_status_counts_each_message_once_by_verdict():
     """`messages` counts verdicts, as the host counts its validator's answers: a relayed message once
     (not for signer and forwarder both), our own echo as accepted, a replay as `duplicate`."""
-    net, (victim, relay, signer) = wired()
+    net, (victim, relay, signer) = star_net(3)
     mine = probe(victim.identity, 1, net.now)
     wires = [probe(signer.identity, 1, net.now), probe(signer.identity, 2, net.now), mine, b"\x93junk"]
     answers = [verdict(net.inject(victim.peer_id, topics.PROBE, w, relay.peer_id)) for w in wires]

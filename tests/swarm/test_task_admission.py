@@ -9,21 +9,12 @@ from __future__ import annotations
 from gossip import topics
 from gossip.envelope import seal
 from gossip.identity import Identity
-from swarm.core import CoreConfig, PeerCore
+from swarm.core import PeerCore
 from swarm.io import CommandResult, Emit, LocalCommand, MessageVerdict
 from tests.samples import T0, task
-from tests.swarm.harness import MemoryNet
+from tests.swarm.harness import MemoryNet, star_net
 
 YEAR_5138 = 99_999_999_999.0
-
-
-def wired(n: int, **config) -> tuple[MemoryNet, list[PeerCore]]:
-    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(**config), seed=i) for i in range(n)]
-    net = MemoryNet(cores, T0)
-    net.start()
-    for other in cores[1:]:
-        net.connect(cores[0].peer_id, other.peer_id)
-    return net, cores
 
 
 def junk(i: int, **overrides) -> bytes:
@@ -43,7 +34,7 @@ def announce(net: MemoryNet, core: PeerCore, name: str) -> CommandResult:
 
 
 def test_junk_tasks_from_fresh_keys_do_not_lock_out_a_real_task():
-    net, (victim, trainer, attacker) = wired(3)
+    net, (victim, trainer, attacker) = star_net(3)
     far = [offer(net, victim, junk(i, expires_at=YEAR_5138), attacker.peer_id) for i in range(32)]
     assert all(v.reason == "out-of-window" for v in far), "a task living past 30 days is refused"
     assert all(offer(net, victim, junk(100 + i), attacker.peer_id).accepted for i in range(32))
@@ -62,7 +53,7 @@ def test_junk_tasks_from_fresh_keys_do_not_lock_out_a_real_task():
 
 
 def test_one_announcer_has_at_most_two_tasks():
-    net, (victim, _trainer, attacker) = wired(3)
+    net, (victim, _trainer, attacker) = star_net(3)
     key = Identity(b"one-announcer".ljust(32, b"\0"))
     wires = [seal(key, task(name=f"t{i}", trainer_keys=(key.public_key,))).wire for i in range(3)]
     verdicts = [offer(net, victim, w, attacker.peer_id) for w in wires]
@@ -70,7 +61,7 @@ def test_one_announcer_has_at_most_two_tasks():
 
 
 def test_tasks_with_live_trainers_are_kept_and_the_operator_always_gets_in():
-    net, cores = wired(5, max_tasks=4)
+    net, cores = star_net(5, max_tasks=4)
     victim, trainers = cores[0], cores[1:]
     for i, trainer in enumerate(trainers):
         assert announce(net, trainer, f"live-{i}").ok
