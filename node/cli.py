@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("local", help="run a multi-process swarm on 127.0.0.1")
     p.add_argument("--peers", type=int, default=4, help="number of peer processes (default 4)")
+    p.add_argument("--trainers", type=int, default=1, metavar="K",
+                   help="the first K peers run the trainer role; the task ranks them peer0 first (one active, "
+                        "the others standbys that take over when it falls silent; default 1)")
     p.add_argument("--duration", type=float, default=None, help="seconds to run (default: until Ctrl-C)")
     p.add_argument("--summary", type=Path, default=None, help="write a JSON summary here at the end")
     p.add_argument("--base-dir", type=Path, default=Path("runs/local"),
@@ -237,8 +240,12 @@ def cmd_local(args) -> int:
     from node.local import run_local
     if args.peers < 1:
         return _fail("--peers must be at least 1", 2)
+    if args.trainers < 1 or (args.trainers > 1 and args.trainers >= args.peers):
+        return _fail(f"--trainers {args.trainers}: give 1 to {max(1, args.peers - 1)} trainers for --peers "
+                     f"{args.peers} (at least one peer must be a worker; raise --peers to {max(2, args.trainers + 1)} "
+                     "for that many trainers)", 2)
     try:
-        malicious = parse_malicious(args.malicious, args.peers)
+        malicious = parse_malicious(args.malicious, args.peers, args.trainers)
     except ValueError as exc:
         return _fail(str(exc), 2)
     from node.config_file import ConfigError, check_value
@@ -248,10 +255,10 @@ def cmd_local(args) -> int:
         return _fail(str(exc), 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
                      task_file=args.task, heartbeat=args.heartbeat_interval, malicious=malicious, tui=args.tui,
-                     job_device=args.job_device, restart_dead=args.restart_dead)
+                     job_device=args.job_device, restart_dead=args.restart_dead, trainers=args.trainers)
 
 
-def parse_malicious(specs: list[str], peers: int) -> list[str]:
+def parse_malicious(specs: list[str], peers: int, trainers: int = 1) -> list[str]:
     """['1:other-model', '2:replay'] -> one kind per malicious peer; at least one honest worker stays."""
     from swarm.jobs import MALICIOUS
     kinds: list[str] = []
@@ -260,9 +267,9 @@ def parse_malicious(specs: list[str], peers: int) -> list[str]:
         if not count.isdigit() or int(count) < 1 or kind not in MALICIOUS:
             raise ValueError(f"--malicious {spec!r}: expected K:KIND with K >= 1 and KIND one of {', '.join(MALICIOUS)}")
         kinds += [kind] * int(count)
-    if kinds and len(kinds) > peers - 2:
-        raise ValueError(f"--malicious asks for {len(kinds)} cheaters among {peers} peers: one trainer and at least "
-                         "one honest worker must remain")
+    if kinds and len(kinds) > peers - trainers - 1:
+        raise ValueError(f"--malicious asks for {len(kinds)} cheaters among {peers} peers: {trainers} trainer(s) "
+                         "and at least one honest worker must remain")
     return kinds
 
 

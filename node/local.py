@@ -34,7 +34,7 @@ PROBE_INTERVAL = 2.0
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
               heartbeat: float = 2.0, probe_interval: float = PROBE_INTERVAL, malicious: list[str] | None = None,
-              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False) -> int:
+              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False, trainers: int = 1) -> int:
     # SIGINT is how this launcher is stopped (Ctrl-C, or `kill -INT`). A shell that starts a job in
     # the background hands it SIGINT ignored, and then the signal did nothing: a CI run started
     # that way failed test_local_resume (the run went on past its Ctrl-C until killed).
@@ -49,7 +49,7 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
     cheater_ids: dict[int, str] = {}
     started = time.time()
     try:
-        # Peer 0 is the bootstrap and the trainer (it announces the task, so it is the task's trainer key).
+        # Peer 0 is the bootstrap and the trainer (it announces the task, so it is the task's rank-0 trainer).
         # One torch thread for the trainer too: with two (--job-threads 2) its steps got slower here
         # (train_s 1.31 s against 1.15 s, 4 peers on 2 cores): the other core is never idle enough.
         device = ["--job-device", job_device] if job_device != "cpu" else []
@@ -61,14 +61,16 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         specs = [(boot_args + ["--port", boot.split("/")[4]] + device, dirs[0] / "node.log", 0)]
         _say(f"bootstrap peer listening {boot} (pid {proc.pid})")
         for i, d in enumerate(dirs[1:], 1):
+            # peers 1..K-1 are standby trainers (--trainers K): they take over, so no lower priority
             kind = cheaters.get(i)
-            role = "validator" if kind == "lying-validator" else "worker"
+            role = "trainer" if i < trainers else "validator" if kind == "lying-validator" else "worker"
+            nice = 0 if i < trainers else WORKER_NICE
             args = (["--join", boot, "--data-dir", str(d), "--heartbeat-interval", str(heartbeat), "--roles", role]
                     + (["--malicious", kind] if kind else []) + device)
-            proc, _ = start_peer(args, d / "node.log", nice=WORKER_NICE)
+            proc, _ = start_peer(args, d / "node.log", nice=nice)
             procs.append(proc)
-            specs.append((args, d / "node.log", WORKER_NICE))
-            _say(f"peer{i} started (pid {proc.pid})")
+            specs.append((args, d / "node.log", nice))
+            _say(f"peer{i} started (pid {proc.pid}){' as a standby trainer' if i < trainers else ''}")
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
         # A base dir that ran before holds the task it announced: announcing it again (same table,
         # same created_at, same trainer key) gives the same task id, and the trainer resumes from the
@@ -78,8 +80,14 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
             table, created_at = saved["task"], saved["created_at"]
             _say(f"resuming task {saved['task_id']} from {base_dir / TASK_RECORD}"
                  f"{' (--task ignored)' if task_file else ''}; delete that file to start a new task")
+            if len(table["task"].get("trainers", ["self"])) != trainers:
+                _say(f"the resumed task names {len(table['task'].get('trainers', ['self']))} trainer(s), "
+                     f"not --trainers {trainers}")
         else:
             table, created_at = tomllib.loads(Path(task_file or EXAMPLE).read_text()), time.time()
+            if trainers > 1:  # ranked: peer0 (the announcer, "self") first, then peer1 .. peer K-1
+                table["task"]["trainers"] = ["self"] + [call_when_up(dirs[i], "status")["peer_id"]
+                                                        for i in range(1, trainers)]
         cheater_ids.update({i: call_when_up(dirs[i], "status")["peer_id"] for i in cheaters})
         for i, kind in sorted(cheaters.items()):
             _say(f"peer{i} {cheater_ids[i]} is malicious: {kind}")
@@ -129,6 +137,7 @@ def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, 
     next_report = next_probe = time.monotonic()
     probe_index = 0
     shown_version = -1
+    shown_trainer: tuple | None = None  # (peer index, term) of the active trainer last reported
     failures_seen: dict[tuple, int] = {}
     while (end is None or time.monotonic() < end) and not stop.is_set():
         keeper.check()
@@ -138,8 +147,11 @@ def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, 
             probe_index += 1
             next_probe = now + probe_interval
         if now >= next_report:
-            _say(_progress_line(dirs, time.time() - started))
-            shown_version = _show_versions(dirs[0], task_id, shown_version)
+            views = [_quiet_call(d, "status") for d in dirs]
+            _say(_progress_line(views, time.time() - started))
+            shown_trainer = _show_trainer(views, task_id, shown_trainer)
+            trainer_dir = dirs[shown_trainer[0]] if shown_trainer else dirs[0]  # the versions' publisher
+            shown_version = _show_versions(trainer_dir, task_id, shown_version)
             _show_failures(dirs, failures_seen)
             next_report = now + 5
         time.sleep(0.05)
@@ -213,11 +225,10 @@ def _quiet_call(data_dir: Path, cmd: str, args: dict | None = None):
         return None
 
 
-def _progress_line(dirs: list[Path], elapsed: float) -> str:
-    views = [_quiet_call(d, "status") for d in dirs]
+def _progress_line(views: list[dict | None], elapsed: float) -> str:
     seen = " ".join("?" if v is None else f"{len(v['alive'])}" for v in views)
     tasks = sum(1 for v in views if v and v["tasks"])
-    return f"t={elapsed:5.0f}s  peers alive per node: {seen}  (of {len(dirs) - 1})  task known by {tasks}/{len(dirs)}"
+    return f"t={elapsed:5.0f}s  peers alive per node: {seen}  (of {len(views) - 1})  task known by {tasks}/{len(views)}"
 
 
 def _show_failures(dirs: list[Path], seen: dict[tuple, int]) -> None:
@@ -236,6 +247,25 @@ def _show_failures(dirs: list[Path], seen: dict[tuple, int]) -> None:
             else:
                 continue
             seen[key] = n
+
+
+def _show_trainer(views: list[dict | None], task_id: str, shown: tuple | None) -> tuple | None:
+    """Print the task's active trainer (peer index and term) when it changes, as the peers see it:
+    the best (term, lower rank) any reachable peer reports, since a dead trainer's own view is gone."""
+    index = {v["peer_id"]: i for i, v in enumerate(views) if v}
+    best = None
+    for v in filter(None, views):
+        for t in v.get("tasks", []):
+            active = (t.get("trainer_chain") or {}).get("active") if t.get("task_id") == task_id else None
+            if active and active["peer_id"] in index:
+                key = (active["term"], -active["rank"])
+                if best is None or key > best[0]:
+                    best = (key, index[active["peer_id"]], active)
+    if best is None or (best[1], best[2]["term"]) == shown:
+        return shown
+    _, i, active = best
+    _say(f"active trainer: peer{i} (rank {active['rank']}, term {active['term']}, version {active['version']})")
+    return i, active["term"]
 
 
 def _show_versions(trainer_dir: Path, task_id: str, shown: int) -> int:

@@ -4,10 +4,17 @@ it never changes the peer."""
 
 from __future__ import annotations
 
+from swarm.trainerview import task_trainers
+
 
 def status(core, now: float) -> dict:
     """Everything a status screen needs, from a `PeerCore`'s public parts."""
     ledger = core.ledger
+    work = {role.name: role.snapshot() for role in core.roles}
+    tasks = core.tasks.snapshot()
+    for t in tasks:  # who trains it: active trainer and term, standbys, this peer's own trainer state
+        own = work.get("trainer", {}).get(t["task_id"])
+        t["trainer_chain"] = task_trainers(core, t["task_id"], core.tasks.tasks[t["task_id"]].task.trainer_keys, own)
     return {
         "peer_id": core.peer_id,
         "agent": core.config.agent,
@@ -18,10 +25,10 @@ def status(core, now: float) -> dict:
         "peers": core.membership.snapshot(now),
         "connected": core.membership.connected_peers(),
         "alive": core.membership.alive_peers(),
-        "tasks": core.tasks.snapshot(),
+        "tasks": tasks,
         "versions": dict(sorted(core.versions.items())),
         "downloads": core.shards.snapshot(now),
-        "work": {role.name: role.snapshot() for role in core.roles},
+        "work": work,
         "gossip": core.stats.snapshot(),
         # gossip messages by verdict, one count each (the host's validator counters match these)
         "messages": {"accepted": core.intake.accepted, "rejected": dict(sorted(core.intake.rejected.items()))},

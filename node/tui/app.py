@@ -247,7 +247,7 @@ class SwarmTUI(App):
             rewards = [h.get("reward") for h in records]
             last = next((r for r in reversed(rewards) if model.num(r) is not None), None)
             lines.append(f"  {tid[:12]}  {v['name'] or '?'}  version {model.fmt_num(v['current'])}"
-                         f"  held {model.fmt_num(v['held'][-1] if v['held'] else None)}  lag {model.fmt_num(v['lag'])}"
+                         f"  held {model.fmt_num(v['held'][-1] if v['held'] else None)}  lag {model.fmt_num(v['lag'])}  trainer {v['active_trainer']}"
                          + (f"  reward {model.fmt_num(last, 3)} {sparkline(rewards)}" if records else ""))
         if len(lines) == 2:
             lines.append("  (no task known yet)")

@@ -138,7 +138,7 @@ def verdict_rows(snap: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
-TASK_COLUMNS = ("task", "name", "env", "current", "held", "lag", "async lvl", "trainers")
+TASK_COLUMNS = ("task", "name", "env", "current", "held", "lag", "async lvl", "trainers", "active trainer")
 
 
 def task_view(snap: dict) -> dict[str, dict]:
@@ -163,8 +163,17 @@ def task_view(snap: dict) -> dict[str, dict]:
                        if x.get("task_id") == tid and not x.get("complete")]
         out[tid] = {"name": t.get("name"), "env": t.get("env"), "model": t.get("model"), "current": current,
                     "held": held, "lag": lag, "async_level": t.get("async_level"),
-                    "trainers": len(lst(t.get("trainers"))), "downloading": downloading}
+                    "trainers": len(lst(t.get("trainers"))), "downloading": downloading,
+                    "active_trainer": active_trainer(t)}
     return out
+
+
+def active_trainer(task: dict) -> str:
+    """'12D3Ko..abcdef r1 t2' (rank, term) of the task's active trainer; '-' before any version is heard."""
+    active = d(d(task.get("trainer_chain")).get("active"))
+    if not active.get("peer_id"):
+        return "-"
+    return f"{short_id(active.get('peer_id'))} r{fmt_num(active.get('rank'))} t{fmt_num(active.get('term'))}"
 
 
 def task_rows(snap: dict) -> list[tuple[str, ...]]:
@@ -175,7 +184,8 @@ def task_rows(snap: dict) -> list[tuple[str, ...]]:
         if v["downloading"]:  # shards of a version being fetched: "v5 12/48"
             held_text += " (fetching " + ", ".join(v["downloading"][-2:]) + ")"
         rows.append((tid[:12], str(v["name"] or "?"), str(v["env"] or "?"), fmt_num(v["current"]), held_text,
-                     fmt_num(v["lag"]), fmt_num(v["async_level"]), str(v["trainers"])))
+                     fmt_num(v["lag"]), fmt_num(v["async_level"]), str(v["trainers"]),
+                     v["active_trainer"]))
     return rows
 
 

@@ -54,3 +54,27 @@ def test_clear_errors(tmp_path, capsys):
     (tmp_path / "identity.key").chmod(0o600)
     assert main(["start", "--bootstrap", "--data-dir", str(tmp_path)]) == 1
     assert "corrupt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trainers", [0, 3])
+def test_local_refuses_a_trainer_count_that_leaves_no_worker(tmp_path, capsys, monkeypatch, trainers):
+    import node.local
+
+    def never(**kwargs):
+        raise AssertionError("no peer may start")
+    monkeypatch.setattr(node.local, "run_local", never)
+    base = tmp_path / "swarm"
+    assert main(["local", "--peers", "3", "--trainers", str(trainers), "--base-dir", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert f"--trainers {trainers}" in err and "1 to 2 trainers" in err and "at least one peer must be a worker" in err
+    assert not base.exists()
+
+
+def test_local_passes_the_trainer_count_on(tmp_path, monkeypatch):
+    import node.local
+    seen = {}
+    monkeypatch.setattr(node.local, "run_local", lambda **kwargs: seen.update(kwargs) or 0)
+    assert main(["local", "--peers", "3", "--trainers", "2", "--base-dir", str(tmp_path)]) == 0
+    assert seen["trainers"] == 2 and seen["peers"] == 3
+    assert main(["local", "--peers", "3", "--base-dir", str(tmp_path)]) == 0
+    assert seen["trainers"] == 1

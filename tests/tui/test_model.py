@@ -128,3 +128,15 @@ def test_chart_and_sparkline():
     assert lines[0].endswith("█") and lines[-1] == " " * 10 + "v0" + " " * 7 + "v11"  # 12 columns wide
     assert "no reward yet" in bar_chart([], 40)[0]
     assert sparkline([0, 1, 2]) == "▁▅█" and sparkline([]) == "" and sparkline([3, 3]) == "▄▄"
+
+
+def test_tasks_show_the_active_trainer_and_its_term(live):
+    snap = live.status(live.workers[0])
+    view = model.task_view(snap)[live.task_id]
+    assert view["active_trainer"] == f"{model.short_id(live.trainer.peer_id)} r0 t0"
+    [row] = [r for r in model.task_rows(snap) if r[0] == live.task_id[:12]]
+    assert row[-1] == view["active_trainer"] and len(row) == len(model.TASK_COLUMNS)
+    taken_over = {"tasks": [{"task_id": "t1", "trainer_chain": {"active": {"peer_id": "12D3KooWabcdefghijklmnop",
+                                                                           "rank": 1, "term": 3}}}]}
+    assert model.task_view(taken_over)["t1"]["active_trainer"] == "12D3Ko..klmnop r1 t3"
+    assert model.task_view({"tasks": [{"task_id": "t2"}]})["t2"]["active_trainer"] == "-"
