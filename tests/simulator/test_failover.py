@@ -7,6 +7,7 @@ import pytest
 
 from simulator.run import run_scenario
 from simulator.scenario import load
+from tests.simulator.test_scenarios import PINNED
 
 
 @pytest.mark.slow
@@ -15,6 +16,7 @@ def test_trainer_failover_keeps_training_and_heals_to_one_chain():
     s = load("trainer-failover")
     assert s.tasks[0].trainers == 3 and s.faults.crashes and s.faults.partitions[0].side
     r = run_scenario(s)
+    assert r.trace_hash == PINNED["trainer-failover"], "trainer-failover behaves differently; see PINNED"
     assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
     for name in ("training-advances", "one-chain", "trained-on-own-chain", "versions-forward", "honest-not-banned",
                  "no-bad-training", "delivery-complete"):
