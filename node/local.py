@@ -21,6 +21,7 @@ from node.keeper import Keeper
 from node.procs import start_peer, stop_processes
 from node.records import read_records
 from node.taskfile import EXAMPLE
+from swarm.forkchoice import chain_key
 from swarm.stats import percentile
 from trainer.fsutil import write_atomic
 
@@ -258,7 +259,7 @@ def _show_trainer(views: list[dict | None], task_id: str, shown: tuple | None) -
         for t in v.get("tasks", []):
             active = (t.get("trainer_chain") or {}).get("active") if t.get("task_id") == task_id else None
             if active and active["peer_id"] in index:
-                key = (active["term"], -active["rank"])
+                key = chain_key(active["term"], active["rank"])
                 if best is None or key > best[0]:
                     best = (key, index[active["peer_id"]], active)
     if best is None or (best[1], best[2]["term"]) == shown:
