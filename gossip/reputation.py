@@ -115,6 +115,11 @@ class ReputationLedger:
         self._banned.discard(victim)
 
     def accept(self, peer: str, now: float) -> PeerRecord:
+        self.totals_accepted += 1
+        return self._credit(peer, now)
+
+    def _credit(self, peer: str, now: float) -> PeerRecord:
+        """One accepted message's credit to `peer` (the signer's, or a vouched forwarder's)."""
         rec = self._peers.get(peer)  # once per accepted message: the known peer's path is kept short
         if rec is None:
             rec = self._record(peer, now)
@@ -123,7 +128,6 @@ class ReputationLedger:
         rec.accepted += 1
         score = rec.score + ACCEPT_REWARD
         rec.score = score if score < MAX_SCORE else MAX_SCORE
-        self.totals_accepted += 1
         return rec
 
     def accept_relayed(self, signer: str, forwarder: str, now: float) -> None:
@@ -142,14 +146,7 @@ class ReputationLedger:
         if via != forwarder and via != VOUCHED:
             rec.via = forwarder if via == "" else VOUCHED
         if forwarder != signer and rec.via == VOUCHED:
-            fwd = self._peers.get(forwarder)
-            if fwd is None:
-                fwd = self._record(forwarder, now)
-            else:
-                fwd.last_event = now
-            fwd.accepted += 1
-            score = fwd.score + ACCEPT_REWARD
-            fwd.score = score if score < MAX_SCORE else MAX_SCORE
+            self._credit(forwarder, now)
 
     def reject(self, peer: str, reason: str, now: float) -> bool:
         """Count a rejection against `peer`; True if this pushed the peer into a ban just now."""
