@@ -37,6 +37,7 @@ TERM_BACKWARDS = "term-backwards"  # a trainer signed a lower term than it signe
 NOT_ON_CHAIN = "not-on-chain"  # a delta whose parent is not the version its own chain has there
 STANDBY_PUBLISHED = "standby-published"  # published in a term whose better-ranked trainer is visibly alive
 SUPERSEDED = "superseded"  # a manifest of a chain the fork choice has left (a healed partition): no penalty
+CHECKPOINT_MISMATCH = "checkpoint-mismatch"  # a trainer checkpoint that names weights its version does not have
 OTHER_CHAIN = "other-chain"  # rollouts from a version that is not on this trainer's chain: no penalty
 
 

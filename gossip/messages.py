@@ -208,6 +208,50 @@ class WeightManifest(Message):
 
 
 @dataclass(frozen=True)
+class TrainerCheckpoint(Message):
+    """A signed trainer state: what a standby needs to continue the active trainer's run exactly
+    (swarm/roles/trainerstate.py). Its shards travel over the weights exchange like a version's, but it
+    is fetched only by the task's other trainers (and mirrors), never by workers or validators. It names
+    the version it belongs to by that manifest's root, so it cannot be attached to another chain."""
+
+    KIND: ClassVar[str] = "checkpoint"
+    MAX_BODY: ClassVar[int] = 880 * 1024
+
+    task_id: str = f(size=TASK_ID_HEX)
+    version: int = f(min=0)  # the policy version whose training state this is
+    term: int = f(min=0, max=MAX_TERM)
+    rank: int = f(min=0, max=15)
+    weights_root: bytes = f(size=HASH)  # the root of that version's WeightManifest
+    step: int = f(min=0)  # optimizer steps taken (the schedule position)
+    root: bytes = f(size=HASH)  # trainer/weights root over the packed state (every field below is bound in)
+    dtype: str = f(max=16)
+    shard_size: int = f(min=1, max=64 << 20)
+    raw_size: int = f(min=0)
+    compressed_size: int = f(min=0)
+    shard_hashes: tuple[bytes, ...] = f(max=4096, item_max=HASH)
+    piece_size: int = f(min=0, max=64 << 20)
+    piece_hashes: tuple[bytes, ...] = f(max=MAX_PIECES, item_max=HASH)
+    tensors: tuple[TensorEntry, ...] = f(max=16384)
+    shuffle: bool = f(default=True)
+    created_at: float = f(min=0, max=MAX_TIME, default=0.0)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if any(len(h) != HASH for h in self.shard_hashes + self.piece_hashes):
+            raise ValueError("TrainerCheckpoint: 32-byte hashes")
+        if not self.shard_hashes or -(-self.compressed_size // self.shard_size) != len(self.shard_hashes):
+            raise ValueError("TrainerCheckpoint: compressed_size / shard_size disagrees with the shard count")
+        if self.piece_size <= 0 or self.shard_size % self.piece_size \
+                or -(-self.compressed_size // self.piece_size) != len(self.piece_hashes):
+            raise ValueError("TrainerCheckpoint: piece_size divides shard_size and counts the pieces")
+
+    def shard_length(self, index: int) -> int:
+        if index < len(self.shard_hashes) - 1:
+            return self.shard_size
+        return self.compressed_size - self.shard_size * (len(self.shard_hashes) - 1)
+
+
+@dataclass(frozen=True)
 class ShardHave(Message):
     """Which pieces of a version (by root) the signer holds, as a bitmap (bit i = piece i; a manifest
     without pieces: shard i)."""
@@ -251,6 +295,6 @@ class Probe(Message):
 
 MESSAGE_KINDS: dict[str, type[Message]] = {
     cls.KIND: cls
-    for cls in (TaskAnnouncement, StatusHeartbeat, RolloutCommitment, Verdict, WeightManifest, ShardHave, ShardWant,
-                Probe)
+    for cls in (TaskAnnouncement, StatusHeartbeat, RolloutCommitment, Verdict, WeightManifest, TrainerCheckpoint,
+                ShardHave, ShardWant, Probe)
 }

@@ -40,6 +40,7 @@ PENALTIES: dict[str, float] = {
     errors.TOO_OLD: 0.0,
     errors.SUPERSEDED: 0.0, errors.OTHER_CHAIN: 0.0, errors.STANDBY_PUBLISHED: 5.0,  # trainer chains
     errors.TERM_BACKWARDS: 10.0, errors.NOT_ON_CHAIN: 10.0, errors.EQUIVOCATED: 100.0,
+    errors.CHECKPOINT_MISMATCH: 10.0,
     errors.UNKNOWN_COMMITMENT: 0.5,  # gossip may deliver a verdict before its commitment
     errors.BAD_SHARD: 30.0,  # provable (hash against a signed manifest); two and the peer is banned
     errors.TRUNCATED: 10.0,

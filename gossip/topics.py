@@ -10,7 +10,7 @@ TASK_TOPIC_KINDS = ("rollouts", "verdicts", "weights")
 
 # Which message kinds may appear on which topic; anything else is refused as wrong-topic.
 KINDS_ON_GLOBAL = {TASKS: ("task",), STATUS: ("status",), PROBE: ("probe",)}
-KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "have", "want")}
+KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "checkpoint", "have", "want")}
 
 
 def task_topic(task_id: str, kind: str) -> str:

@@ -107,3 +107,47 @@ class TrainedOnOwnChain(Check):
     def result(self, end, settle):
         return CheckResult(not self.bad, f"{self.trained} rollouts trained, {len(self.bad)} from another chain",
                            self.bad)
+
+
+class TrainerState:
+    """Trainer checkpoints (swarm/roles/trainerstate.py): what they cost on the wire against the weights,
+    and what each takeover continued from."""
+
+    kinds = ("emit.checkpoint-published", "emit.shards-complete", "emit.version-published", "emit.trainer-takeover")
+
+    def __init__(self, peers) -> None:
+        self.peers = peers
+        self.published = self.published_bytes = self.raw_bytes = self.versions = 0
+        self.fetched_bytes = self.weights_bytes = 0
+        self.takeovers: list[dict] = []
+        self.restored: dict[str, int] = {}
+
+    def feed(self, t, peer, kind, f):
+        if kind == "emit.checkpoint-published":
+            self.published += 1
+            self.published_bytes += int(f.get("bytes", 0))
+            self.raw_bytes += int(f.get("raw_bytes", 0))
+        elif kind == "emit.shards-complete":
+            if f.get("state"):
+                self.fetched_bytes += int(f.get("bytes_in", 0))
+            else:
+                self.weights_bytes += int(f.get("bytes_in", 0))
+        elif kind == "emit.version-published":
+            self.versions += 1
+            if "state_restored" in f:
+                key = {2: "exact", 1: "moments", -1: "unreadable"}.get(int(f["state_restored"]), "other")
+                self.restored[key] = self.restored.get(key, 0) + 1
+        else:
+            self.takeovers.append({"t": round(t, 3), "from_version": f.get("from_version"),
+                                   "state_version": f.get("state_version")})
+
+    def metrics(self) -> dict:
+        per_version = self.published_bytes / self.versions if self.versions else None
+        return {"checkpoints": self.published, "bytes_per_checkpoint": (round(self.published_bytes / self.published)
+                                                                        if self.published else None),
+                "compression": round(self.published_bytes / self.raw_bytes, 4) if self.raw_bytes else None,
+                "bytes_per_version": round(per_version) if per_version is not None else None,
+                "fetched_bytes": self.fetched_bytes, "weights_bytes": self.weights_bytes,
+                "wire_fraction_of_weights": (round(self.fetched_bytes / self.weights_bytes, 4)
+                                             if self.weights_bytes else None),
+                "takeovers": self.takeovers, "restored": dict(sorted(self.restored.items()))}

@@ -30,7 +30,7 @@ import json
 from typing import Iterable, Iterator
 
 from simulator.check_base import Check, CheckResult, PeerTable
-from simulator.check_chain import OneChain, TrainedOnOwnChain
+from simulator.check_chain import OneChain, TrainedOnOwnChain, TrainerState
 from simulator.check_delivery import Delivery
 from simulator.check_metrics import REWARD_WINDOW, Bytes, Training, VersionSpread
 from simulator.check_roles import (AdversariesBanned, HonestNotBanned, NoBadTraining, TasksLearned, TrainingAdvances,
@@ -55,8 +55,9 @@ class Evaluator:
         self.versions = VersionSpread(self.peers)
         self.training = Training(self.peers)
         self.bytes = Bytes(self.peers)
+        self.state = TrainerState(self.peers)
         self._route: dict[str, list] = {}
-        for consumer in [self.peers, *self.checks.values(), self.versions, self.training, self.bytes]:
+        for consumer in [self.peers, *self.checks.values(), self.versions, self.training, self.bytes, self.state]:
             for kind in consumer.kinds:
                 self._route.setdefault(kind, []).append(consumer.feed)
 
@@ -74,7 +75,8 @@ class Evaluator:
 
     def metrics(self, end: float, duration: float) -> dict:
         return {"delivery": self.checks["delivery-complete"].metrics(end), "bytes": self.bytes.metrics(duration),
-                "version_spread": self.versions.metrics(), "training": self.training.metrics()}
+                "version_spread": self.versions.metrics(), "training": self.training.metrics(),
+                "trainer_state": self.state.metrics()}
 
 
 def read_trace(path: str) -> Iterator[tuple[float, int, str, dict]]:

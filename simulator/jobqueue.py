@@ -80,7 +80,11 @@ class JobQueue:
         for digest in outcome.shards:
             node.store.add_shard(digest, sim.loop.now)
         if outcome.ok and job.kind in ("init", "train") and hasattr(outcome.result, "weights"):
-            node.store.published[job.payload.task.task_id] = (outcome.result.version, bytes(outcome.result.weights))
+            task_id = job.payload.task.task_id
+            last = node.store.published.get(task_id)
+            term = (job.payload.term if job.kind == "train"  # init republishes the last version in its term
+                    else last[2] if last is not None and last[0] == outcome.result.version else 0)
+            node.store.published[task_id] = (outcome.result.version, bytes(outcome.result.weights), term)
         sim.trace.record(sim.loop.now, node.index, "job-done", {"job": job.job_id, "kind": job.kind, "ok": outcome.ok,
                                                                 "honest": honest, "error": outcome.error})
         sim.feed(node.index, JobFinished(job.job_id, outcome.ok, outcome.result, outcome.error))

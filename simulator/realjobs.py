@@ -125,7 +125,8 @@ class RealRoleExecutor:
             result = replace(result, stats={k: v for k, v in result.stats.items() if not k.endswith(WALL_SUFFIX)})
             blobs = owner.publish(ctx, "blobs", (result.weights,))
             if result.manifest is not None:
-                shards = owner.publish(ctx, "shards", result.manifest["shard_hashes"])
+                state = tuple(result.state["shard_hashes"]) if getattr(result, "state", None) else ()
+                shards = owner.publish(ctx, "shards", tuple(result.manifest["shard_hashes"]) + state)
         elif self.kind == jobs.GENERATE:
             honest = ctx.cheat not in GENERATING_CHEATS
             if not result.repeated:
@@ -139,8 +140,8 @@ def _inputs(kind: str, job) -> tuple[tuple, tuple]:
     """(blobs, shards) a job of `kind` reads."""
     if kind == jobs.GENERATE:
         return (job.weights,), ()
-    if kind == jobs.TRAIN:
-        return (job.weights, *job.rollouts), ()
+    if kind == jobs.TRAIN:  # with a standby's first step, the checkpoint it fetched
+        return (job.weights, *job.rollouts), (tuple(job.state.shard_hashes) if job.state is not None else ())
     if kind == jobs.VERIFY:
         return (job.weights, job.blob), ()
     if kind == jobs.UNPACK:

@@ -47,6 +47,7 @@ CHEATS = GENERATING_CHEATS + ("lying-validator",)
 CHERRY_POOL = 256  # cherry-pick takes the easiest prompts of a fixed pool, like trainer/cheats.py
 DEFAULT_SHARD_SIZE = 1 << 20  # trainer/versions.py
 DEFAULT_FULL_EVERY = 8
+STATE_RATIO = 0.76  # a trainer checkpoint's compressed size over its raw size, as measured on the built-in model (docs/weights.md)
 TOKENS_PER_SAMPLE = (8, 24)
 
 
@@ -75,6 +76,13 @@ class Weights:
     version: int
     tensor_hash: bytes
     seed: bytes  # the content label (a resumed trainer repacks the same content)
+
+
+@dataclass(frozen=True)
+class State:
+    """What a virtual trainer checkpoint is: the state behind one version's weights."""
+
+    weights: bytes
 
 
 def weights_id(tensor_hash: bytes) -> bytes:
@@ -135,6 +143,31 @@ class RoleJobs:
                     "delta_op": "sub" if delta else "", "depth": parent_depth + 1 if delta else 0, "shuffle": True}
         return jobs.VersionResult(version, weights, raw_size, {}, manifest), hashes
 
+    def pack_state(self, task: jobs.TaskSpec, version: int, seed: bytes, weights: bytes,
+                   weights_root: bytes) -> tuple[dict, tuple[bytes, ...]]:
+        """A trainer checkpoint in virtual shards (trainer/checkpoint.py's layout): fp32 master residuals
+        and two moments per parameter, `STATE_RATIO` of the raw state once compressed."""
+        params = TaskParams.from_params(task.params)
+        shard_size = params.shard_size or DEFAULT_SHARD_SIZE
+        piece_size = params.piece_size or default_piece_size(shard_size)
+        if shard_size % piece_size:
+            piece_size = shard_size
+        raw = 6 * self.sizes[jobs.INIT]  # bf16 weights -> three fp32 tensors per parameter
+        size = max(1, int(raw * STATE_RATIO))
+        n = -(-size // shard_size)
+        hashes = tuple(self.content.make(label_of(seed, "state", i), shard_size if i < n - 1 else size - shard_size * (n - 1),
+                                         keep=True) for i in range(n))
+        pieces = tuple(self.content.hasher(self.content.piece(h, offset, min(piece_size, length - offset)))
+                       for h, length in ((h, self.content.size(h)) for h in hashes)
+                       for offset in range(0, length, piece_size))
+        root = label_of("sim-state-root", seed, *hashes)
+        self.content.name(root, 0, State(weights))
+        fields = {"version": version, "weights_root": weights_root, "step": version, "root": root, "dtype": "fp32",
+                  "shard_size": shard_size, "raw_size": raw, "compressed_size": size, "shard_hashes": hashes,
+                  "piece_size": piece_size, "piece_hashes": pieces, "shuffle": True,
+                  "tensors": (("sim.state", "fp32", (raw // 4,), label_of("sim-state-tensor", seed)),)}
+        return fields, hashes
+
 
 class RoleExecutor:
     def __init__(self, jobs_: RoleJobs, kind: str) -> None:
@@ -166,10 +199,13 @@ class RoleExecutor:
         version, seed = 0, label_of("sim-init", job.task.task_id, job.task.model, job.seed)
         last = ctx.store.published.get(job.task.task_id) if ctx.store is not None else None
         meta = self.jobs.content.meta(last[1]) if last is not None and ctx.store.has_blob(last[1]) else None
+        stats = {"heldout_greedy": 0.0}
         if isinstance(meta, Weights):  # a restarted trainer resumes (trainer/initjob.py): its last version,
             version, seed = last[0], meta.seed  # the same weights republished as a full version
+            if last[2]:  # and its term (left out at term 0, so single-trainer traces stay as they were)
+                stats["term"] = float(last[2])
         result, shards = self.jobs.pack(job.task, version, seed)
-        result = jobs.VersionResult(version, result.weights, result.size, {"heldout_greedy": 0.0}, result.manifest)
+        result = jobs.VersionResult(version, result.weights, result.size, stats, result.manifest)
         return JobOutcome(duration, True, result, blobs=(result.weights,), shards=shards)
 
     def _train(self, ctx: JobContext, duration: float) -> JobOutcome:
@@ -188,7 +224,18 @@ class RoleExecutor:
         seed = label_of("sim-train", job.task.task_id, job.version + 1, job.weights, *job.rollouts)
         result, shards = self.jobs.pack(job.task, job.version + 1, seed, job.parent_root, job.parent_depth)
         stats = {"reward": sum(rewards) / len(rewards), "completions": float(completions)}
-        result = jobs.VersionResult(job.version + 1, result.weights, result.size, stats, result.manifest)
+        if job.state is not None:  # a standby's first step (trainer/trainjob.py): the checkpoint it fetched
+            held = ctx.store is not None and all(ctx.store.has_shard(h) for h in job.state.shard_hashes)
+            meta = self.jobs.content.meta(job.state.root)
+            stats["state_restored"] = (-1.0 if not held else 2.0 if isinstance(meta, State)
+                                       and meta.weights == bytes(job.weights) else 1.0)
+        state = None
+        if job.pack_state:  # returned at once (the real job hands it back with its next answer)
+            state, state_shards = self.jobs.pack_state(job.task, job.version + 1, seed, result.weights,
+                                                       result.manifest["root"])
+            shards += state_shards
+            stats["state_bytes"] = float(state["compressed_size"])
+        result = jobs.VersionResult(job.version + 1, result.weights, result.size, stats, result.manifest, state)
         return JobOutcome(duration, True, result, blobs=(result.weights,), shards=shards)
 
     # ---- followers

@@ -20,7 +20,7 @@ from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope
 from gossip.errors import Rejected
 from gossip.identity import Identity
 from gossip.messages import (MAX_PEERS_DECLARED, Probe, RolloutCommitment, ShardHave, StatusHeartbeat,
-                             TaskAnnouncement, Verdict, WeightManifest)
+                             TaskAnnouncement, TrainerCheckpoint, Verdict, WeightManifest)
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols, snapshot
@@ -264,6 +264,8 @@ class PeerCore:
             effects += self.shards.on_have(now, signed.message, signer)
         if isinstance(signed.message, WeightManifest):
             effects += self._judge_chain(now, task, signed)
+        if isinstance(signed.message, TrainerCheckpoint):
+            self.chains.of(task_id, TaskParams.of(task).takeover_s).judge_checkpoint(task, signed.message, signed.signer)
         if isinstance(signed.message, RolloutCommitment):
             self.trust.record_commitment(task_id, signed, signer)
         if isinstance(signed.message, Verdict):

@@ -126,7 +126,8 @@ class ShardExchange:
             if len(pieces) != layout.pieces:
                 raise ValueError(f"{len(pieces)} piece hashes for {layout.pieces} pieces")
             d = self.downloads[want.root] = Download(want, layout, pieces, now)
-            self.by_version[(want.task_id, want.version)] = want.root
+            if not want.state:
+                self.by_version[(want.task_id, want.version)] = want.root
             for peer, bitmap in sorted(self.early.pop(want.root, {}).items()):
                 d.sources.add(peer, PieceSet.from_bitmap(bitmap, d.n))
         if held:
@@ -158,7 +159,8 @@ class ShardExchange:
     def drop(self, root: bytes) -> None:
         d = self.downloads.pop(root, None)
         if d is not None:
-            self.by_version.pop((d.want.task_id, d.want.version), None)
+            if self.by_version.get((d.want.task_id, d.want.version)) == root:
+                del self.by_version[(d.want.task_id, d.want.version)]
             self.uploader.forget(root)
 
     def keep(self) -> frozenset[bytes]:
@@ -199,7 +201,11 @@ class ShardExchange:
     def on_holder(self, now: float, peer: str, task_id: str, version: int) -> list:
         """`peer` says (heartbeat) it holds all of this version."""
         root = self.by_version.get((task_id, version))
-        d = self.downloads.get(root) if root else None
+        return self.on_holder_of(now, peer, root) if root else []
+
+    def on_holder_of(self, now: float, peer: str, root: bytes) -> list:
+        """`peer` holds all of `root` (it made it)."""
+        d = self.downloads.get(root)
         if d is None or peer in self.bad or d.complete or d.sources.holders.get(peer) == d.full:
             return []
         d.sources.add(peer, d.full)

@@ -16,7 +16,7 @@ from swarm.pieces import Layout
 
 @dataclass(frozen=True)
 class Want:
-    """A version to download (or, with `held=True`, one we produced and hold in full): its shards
+    """A version (or a trainer checkpoint) to download (or, with `held=True`, one we produced and hold in full): its shards
     (hash and size each) and its pieces (`piece_size`, and the hashes in stream order; with no piece
     hashes, every shard is one piece)."""
 
@@ -27,6 +27,9 @@ class Want:
     sizes: tuple[int, ...]
     piece_size: int = 0
     pieces: tuple[bytes, ...] = ()
+    # A trainer checkpoint rather than a policy version: heartbeats name versions, not checkpoints, so
+    # it is never found by (task, version) and its holders are only those that announce its root.
+    state: bool = False
 
     def layout(self) -> Layout:
         if not self.pieces:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from gossip import errors
 from gossip.errors import Rejected
-from gossip.messages import TaskAnnouncement, WeightManifest
+from gossip.messages import TaskAnnouncement, TrainerCheckpoint, WeightManifest
 
 MAX_RECORDS = 4096  # (signer, term, version) records kept for the equivocation and parent checks
 
@@ -79,6 +79,23 @@ class ForkChoice:
             return True
         self.head_version = max(self.head_version, m.version)
         return False
+
+    def judge_checkpoint(self, task: TaskAnnouncement, c: TrainerCheckpoint, key: bytes) -> None:
+        """A trainer checkpoint is taken only from the head chain's trainer, for a version of that chain
+        whose root it names correctly (raises Rejected otherwise: protocol.md §4.9)."""
+        rank = task.trainer_keys.index(key)
+        if c.rank != rank:
+            raise Rejected(errors.UNAUTHORIZED, f"checkpoint claims rank {c.rank}, its signer is rank {rank}")
+        if c.term < self.signed_term.get(key, -1):
+            raise Rejected(errors.TERM_BACKWARDS, f"checkpoint of term {c.term} after term {self.signed_term[key]}")
+        if self.head is None or (c.term, rank) != self.head:
+            raise Rejected(errors.SUPERSEDED, f"checkpoint of term {c.term} rank {rank}, not the chain followed")
+        roots = self.roots.get((c.term, rank, c.version))
+        if roots is None:
+            raise Rejected(errors.STALE, f"checkpoint of version {c.version}, whose manifest this peer has not seen")
+        if c.weights_root not in roots:
+            raise Rejected(errors.CHECKPOINT_MISMATCH, f"checkpoint names root {c.weights_root.hex()[:16]} for "
+                                                       f"version {c.version}, its manifest says otherwise")
 
     def _record(self, key: bytes, rank: int, m: WeightManifest, tensors: tuple) -> None:
         self.weights[(key, m.term, m.version)] = tensors

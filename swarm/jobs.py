@@ -61,6 +61,9 @@ class TrainJob:
     rollouts: tuple[bytes, ...]  # blob hashes of validated rollout batches
     parent_root: bytes = b""  # manifest root of `version` (what the new version's delta applies to)
     parent_depth: int = 0  # its depth (deltas since the last full version)
+    term: int = 0  # the chain's term: recorded with the version, so a restarted trainer knows the term it signed
+    pack_state: bool = False  # pack the trainer state after this step (a checkpoint for standbys)
+    state: Any = None  # a gossip.messages.TrainerCheckpoint to continue from (a standby's first step)
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,10 @@ class VersionResult:
     size: int
     stats: Mapping[str, float] = field(default_factory=dict)  # loss, reward, accuracy, ... for operators
     manifest: Mapping[str, Any] | None = None
+    # TRAIN: a trainer checkpoint packed since the last result (its shards are in the shard store): the
+    # TrainerCheckpoint fields but task_id, term, rank and created_at, with `version` and `weights_root`
+    # naming the version it belongs to (packing is deferred, so it may be an earlier version's).
+    state: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

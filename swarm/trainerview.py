@@ -2,7 +2,8 @@
 
 Read from the fork choice (swarm/forkchoice.py: the head chain's (term, rank)), the task's ranked
 `trainer_keys`, the peers' heartbeats (alive, newest version held) and this peer's own trainer role.
-Reading never creates a fork choice: a task with no manifest heard yet has no active trainer here."""
+This peer's own entry adds the newest trainer checkpoint it holds (swarm/roles/trainerstate.py): a
+standby's state lag is only known to itself (heartbeats do not carry it). Reading never creates a fork choice: a task with no manifest heard yet has no active trainer here."""
 
 from __future__ import annotations
 
@@ -29,8 +30,14 @@ def task_trainers(core, task_id: str, trainer_keys: tuple[bytes, ...], own: dict
                          "behind": behind})
     mine = None
     if own is not None and core.peer_id in ids:
+        state_version = (own.get("checkpoint") or {}).get("version")
         mine = {"state": "active" if own.get("active") else "standby", "rank": own.get("rank"),
-                "term": own.get("term")}
+                "term": own.get("term"),
+                # the newest trainer checkpoint held (published, or fetched by a standby): what a takeover
+                # continues from, and how many versions of optimizer state it would miss
+                "state_version": state_version,
+                "state_behind": None if state_version is None or active is None
+                else max(0, active["version"] - state_version)}
     return {"active": active, "standbys": standbys, "self": mine}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gossip.identity import Identity
-from gossip.messages import (PeerAddrs, Probe, RolloutCommitment, ShardHave, ShardWant, StatusHeartbeat,
+from gossip.messages import (PeerAddrs, Probe, RolloutCommitment, ShardHave, ShardWant, TrainerCheckpoint, StatusHeartbeat,
                              TaskAnnouncement, TensorEntry, Verdict, WeightManifest)
 
 ALICE = Identity(bytes(range(32)))
@@ -33,6 +33,10 @@ def all_messages() -> list:
         WeightManifest(task_id=tid, version=4, parent_version=3, parent_root=h, encoding="delta", dtype="bf16",
                        root=h, shard_size=1 << 20, raw_size=10, compressed_size=(1 << 20) + 5, shard_hashes=(h, h),
                        tensors=(TensorEntry("w", "bf16", (2, 3), h),), created_at=T0, delta_op="sub", depth=1),
+        TrainerCheckpoint(task_id=tid, version=4, term=1, rank=1, weights_root=h, step=4, root=h, dtype="fp32",
+                          shard_size=1 << 20, raw_size=30, compressed_size=(1 << 20) + 5, shard_hashes=(h, h),
+                          piece_size=1 << 18, piece_hashes=(h,) * 5, tensors=(TensorEntry("exp_avg.w", "fp32", (2, 3), h),),
+                          created_at=T0),
         ShardHave(task_id=tid, root=h, version=4, bitmap=b"\x05", sent_at=T0),
         ShardWant(task_id=tid, root=h, indices=(0, 1), sent_at=T0),
         Probe(seq=7, sent_at=T0, payload=b"x" * 1024),

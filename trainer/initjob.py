@@ -85,4 +85,5 @@ class InitJobs:
                            "republish to the same weights; delete that directory to start from version 0")
         self.progress({"stage": "resume", "version": version})
         self.models.remember(digest, model.eval(), tokenizer)  # verify jobs check rollouts of it
-        return jobs.VersionResult(version, digest, size, {"resumed": 1.0}, manifest)
+        term = float(record.get("term", 0))  # files written before terms existed have none: term 0
+        return jobs.VersionResult(version, digest, size, {"resumed": 1.0, "term": term}, manifest)

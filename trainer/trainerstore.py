@@ -45,9 +45,9 @@ class TrainerStore:
         """{"version", "weights" (hex)} of the last version trained for the task, or None."""
         return trainstate.saved(self.path(task_id))
 
-    def record_version(self, task_id: str, version: int, weights: bytes) -> None:
-        """Record the version about to be published (what a restarted trainer resumes from)."""
-        trainstate.save_version(self.path(task_id), version, weights)
+    def record_version(self, task_id: str, version: int, weights: bytes, term: int = 0) -> None:
+        """Record the version about to be published and its chain's term (what a restarted trainer resumes from)."""
+        trainstate.save_version(self.path(task_id), version, weights, term)
 
     def save(self, task_id: str, optimizer: torch.optim.Optimizer, version: int, weights: bytes,
              master: bytes) -> None:

@@ -19,6 +19,7 @@ import torch
 
 from swarm import jobs
 from trainer.batch_codec import RolloutBatch, decode
+from trainer import checkpoint
 from trainer.blobdir import BlobDir
 from trainer.grpo import grpo_step, lr_at, make_optimizer
 from trainer.jobenv import JobError
@@ -41,6 +42,7 @@ class Trainer:
     weights: bytes
     saved_at: float | None = None  # monotonic time of the last save of master weights and moments
     unsaved: bool = False  # the model and optimizer moved past what the state dir holds
+    restored: int = 0  # checkpoint.EXACT / MOMENTS: what a standby's checkpoint gave it (-1: unreadable)
 
 
 class TrainJobs:
@@ -49,6 +51,7 @@ class TrainJobs:
         self.blobs, self.versions, self.models, self.store = blobs, versions, models, store
         self.save_every = save_every  # seconds between a trainer's state saves; 0: after every step
         self._trainers: dict[str, Trainer] = {}
+        self._packed: dict[str, dict] = {}  # task -> checkpoint fields packed since the last answer
 
     def train(self, job: jobs.TrainJob) -> jobs.VersionResult:
         """One GRPO step on the validated batches: version -> version + 1."""
@@ -70,7 +73,7 @@ class TrainJobs:
         digest, size, manifest = self.versions.publish(task, weights_state(st.model), job.weights,
                                                        job.parent_root, job.parent_depth)
         task_id, version = task.task_id, job.version + 1
-        self.store.record_version(task_id, version, digest)
+        self.store.record_version(task_id, version, digest, job.term)
         st.version, st.weights, st.unsaved = version, digest, True
         # the master weights and the moments (about 12 bytes per parameter) are written after the
         # answer when the job process defers saves (off the critical path, before the next job reads
@@ -80,8 +83,24 @@ class TrainJobs:
         if st.saved_at is None or now - st.saved_at >= self.save_every:
             st.saved_at = now
             self.store.later(lambda: self._save(task_id, st))
+        if job.pack_state:  # after the answer too, before the next step moves the state on
+            root = manifest["root"]
+            self.store.later(lambda: self._pack_state(task, st, version, digest, root))
+        packed, pack_s = self._packed.pop(task_id, (None, 0.0))
+        if packed is not None:  # packed after an earlier answer: its cost is reported now
+            stats.update(state_pack_s=pack_s, state_bytes=float(packed["compressed_size"]))
+        if st.restored:
+            stats["state_restored"], st.restored = float(st.restored), 0
         stats["train_s"] = time.monotonic() - t0
-        return jobs.VersionResult(st.version, digest, size, stats, manifest)
+        return jobs.VersionResult(st.version, digest, size, stats, manifest, packed)
+
+    def _pack_state(self, task: jobs.TaskSpec, st: Trainer, version: int, published: bytes, root: bytes) -> None:
+        if st.version != version:  # another step ran first (a save flushed late): that state is gone
+            return
+        t0 = time.monotonic()
+        fields = checkpoint.pack(task.params, st.model, st.optimizer, published, self.versions.shards.write)
+        self._packed[task.task_id] = ({**fields, "version": version, "weights_root": bytes(root),
+                                       "step": _adam_step(st.optimizer)}, time.monotonic() - t0)
 
     def close(self) -> None:
         """Write the master weights and moments of every trainer that stepped since its last save."""
@@ -106,8 +125,17 @@ class TrainJobs:
         model = copy.deepcopy(template)
         load_weights(model, data)
         optimizer = make_optimizer(model, cfg)
-        self.store.load_moments(task_id, optimizer, job.version, bytes(job.weights))
-        st = self._trainers[task_id] = Trainer(name, model, tokenizer, optimizer, job.version, bytes(job.weights))
+        loaded = self.store.load_moments(task_id, optimizer, job.version, bytes(job.weights))
+        restored = 0
+        if job.state is not None and not loaded:  # a standby's first step: the active trainer's state
+            try:
+                restored = checkpoint.restore(checkpoint.read(job.state, self.versions.shards.read), model,
+                                              optimizer, bytes(job.weights))
+            except checkpoint.CheckpointError:  # checked by hash on arrival: only a damaged disk gets here
+                optimizer, restored = make_optimizer(model, cfg), -1  # continue with fresh moments
+                load_weights(model, data)
+        st = self._trainers[task_id] = Trainer(name, model, tokenizer, optimizer, job.version, bytes(job.weights),
+                                               restored=restored)
         return st
 
     def _rollout_batch(self, task_id: str, version: int, digest: bytes) -> RolloutBatch:
@@ -119,3 +147,12 @@ class TrainJobs:
             raise JobError(f"train: rollout batch {bytes(digest).hex()[:16]} claims policy version "
                            f"{batch.version}, newer than the version being trained ({version})")
         return batch
+
+
+def _adam_step(optimizer: torch.optim.Optimizer) -> int:
+    """Optimizer steps taken so far (every parameter has stepped as often)."""
+    for state in optimizer.state.values():
+        step = state.get("step")
+        if step is not None:
+            return int(step.item() if torch.is_tensor(step) else step)
+    return 0

@@ -1,8 +1,8 @@
 """The trainer's durable state per task: optimizer moments tied to the version they belong to.
 
 Layout of `state_dir/<task>/`:
-    trainer.json                     {"version", "weights" (hex)}: the last version trained, written
-                                     just before it is published
+    trainer.json                     {"version", "weights" (hex), "term"}: the last version trained and
+                                     the term it was signed in, written just before it is published
     optimizer-<hash16>.safetensors   Adam state tensors ("state.<param>.<name>"), param groups in metadata
     optimizer.json                   {"version", "weights", "optimizer" (file name), "optimizer_hash"}
 Every file is written atomically. `trainer.json` is written before a version is published (`save_version`);
@@ -41,10 +41,11 @@ def safe_name(task_id: str) -> str:
     return "task-" + hashlib.blake2b(task_id.encode(), digest_size=16).hexdigest()
 
 
-def save_version(directory: Path, version: int, weights: bytes) -> None:
-    """Record the version about to be published (what a restarted trainer resumes from)."""
+def save_version(directory: Path, version: int, weights: bytes, term: int = 0) -> None:
+    """Record the version about to be published (what a restarted trainer resumes from) and its term
+    (a trainer must never sign a lower term than it signed before: swarm/forkchoice.py)."""
     write_atomic(Path(directory) / STATE_FILE,
-                  json.dumps({"version": version, "weights": bytes(weights).hex()}).encode())
+                  json.dumps({"version": version, "weights": bytes(weights).hex(), "term": int(term)}).encode())
 
 
 def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weights: bytes) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gossip import errors, topics
 from gossip.errors import Rejected
-from gossip.messages import ShardHave, WeightManifest
+from gossip.messages import ShardHave, TrainerCheckpoint, WeightManifest
 from swarm import protocols
 from swarm.context import RoleContext
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
@@ -25,10 +25,11 @@ HOLDER_LINKS = 2  # extra links a peer may open to reach holders of a version it
 DIAL_PENDING = 30.0  # a holder dial that has not connected after this long no longer counts
 
 
-def want_of(msg: WeightManifest) -> Want:
+def want_of(msg: WeightManifest | TrainerCheckpoint) -> Want:
     n = len(msg.shard_hashes)
     return Want(msg.root, msg.task_id, msg.version, tuple(msg.shard_hashes),
-                tuple(msg.shard_length(i) for i in range(n)), msg.piece_size, tuple(msg.piece_hashes))
+                tuple(msg.shard_length(i) for i in range(n)), msg.piece_size, tuple(msg.piece_hashes),
+                state=isinstance(msg, TrainerCheckpoint))
 
 
 class ShardsRole(Role):
@@ -56,7 +57,7 @@ class ShardsRole(Role):
             self.waiting[msg.root].append(owner)
         actions = self.exchange.add(now, want_of(msg))
         if source and source != self.ctx.peer_id:
-            actions += self.exchange.on_holder(now, source, msg.task_id, msg.version)
+            actions += self.exchange.on_holder_of(now, source, msg.root)
         return self._carry(now, actions)
 
     def seed(self, now: float, msg: WeightManifest, owner) -> list:
@@ -201,7 +202,8 @@ class ShardsRole(Role):
                     effects.append(Emit("shards-complete", {"task_id": d.want.task_id, "version": d.want.version,
                                                             "shards": d.layout.shards, "pieces": d.n,
                                                             "bytes_in": d.bytes_in,
-                                                            "seconds": round(now - d.started, 3)}))
+                                                            "seconds": round(now - d.started, 3),
+                                                            **({"state": True} if d.want.state else {})}))
                 for owner in self.waiting.pop(a.root, []):
                     effects += owner.on_shards_done(now, a.root)
             elif isinstance(a, Blame):

@@ -9,23 +9,26 @@ version: that one takes over first, and the wait only matters if it does not. Ta
 `max term heard + 1`, numbers its first version above every version heard (so a peer's versions go
 backwards only when it switches to a better chain), and continues from the newest version it holds.
 Its first version is a full encoding, so every term's chain back to its last full version is its
-own. **What is lost**: the optimizer state. The new trainer's job starts fresh AdamW moments from the
-weights of that version (trainer/trainjob.py rebuilds a trainer it does not have in memory), at the
-schedule position of its version number; trained-on rollouts of versions the standby had not
-installed are not trained on again. A trainer that sees a better chain (a higher term, or its own
+own. Its first train job continues from the newest trainer checkpoint it fetched (swarm/roles/
+trainerstate.py): the optimizer moments, step and RNG always, the master weights when the checkpoint is
+of the version it continues from. **What is lost** when the checkpoint is older (the active trainer
+packs one every `state_every` versions): the master weights' low bits of the versions since (it
+continues from the published, rounded weights) and up to `state_every` steps of moment updates;
+with no checkpoint at all, the moments (fresh AdamW). Trained-on rollouts of versions the standby had
+not installed are not trained on again. A trainer that sees a better chain (a higher term, or its own
 term from a better rank) steps down: it drops its chain, discards a train step in flight, and follows.
 
 A returning trainer (its `init` resumed a version past 0) of a task with several trainers stands by
-whatever its rank: it does not know the term it last signed (the trainer state that would carry it
-crosses the exchange in a later step), and publishing under an older term would be refused. Only if
-it hears no chain at all for `takeover_after` (every trainer restarted) does it resume its own
-version as before, at term 0.
+whatever its rank, and knows the term it last signed (recorded with each version it trained:
+trainer/trainstate.py). Only if it hears no chain at all for `takeover_after` (every trainer
+restarted) does it resume its own version as before, in that term.
 """
 
 from __future__ import annotations
 
 from swarm.forkchoice import chain_key
 from swarm.io import Emit
+from swarm.roles import trainerstate
 from swarm.roles.follower import PolicyFollower
 
 MIN_RECHECK = 1.0
@@ -87,14 +90,19 @@ def take_over(ctx, role, now: float, state) -> list:
     for digest in set(policy.held.values()):
         ctx.hold_blob(role, digest)
     state.manifests, state.active = {}, True
+    state.resume_state, state.states.packed_at = state.states.newest, -1  # the first step packs our own
     fork.own(now, state.term, state.rank, state.version)
     effects = ctx.release_blobs(policy, list(policy.held.values()))
     for m in policy.manifests.values():
         effects += ctx.release_shards(now, m.root, policy)
+    if state.states.fetching is not None:  # too late for it
+        effects += ctx.release_shards(now, state.states.fetching.root, state.states)
+        state.states.fetching = None
     state.policy = new_follower(state)
     effects.append(Emit("trainer-takeover", {"task_id": state.spec.task_id, "term": state.term, "rank": state.rank,
                                              "from_version": newest, "from_term": old_term,
-                                             "version": state.version, "silent": round(silent, 3)}))
+                                             "version": state.version, "silent": round(silent, 3),
+                                             "state_version": state.resume_state.version if state.resume_state else None}))
     return effects
 
 
@@ -126,6 +134,8 @@ def step_down(ctx, role, now: float, state, term: int, rank: int) -> list:
     effects += ctx.release_blobs(role, list(set(state.weights_by_version.values())))
     state.active, state.manifests, state.weights_by_version, state.chain_terms = False, {}, {}, {}
     state.pending.clear()
+    effects += trainerstate.drop_all(ctx, now, state.states)
+    state.resume_state = None
     state.version, state.weights = -1, b""
     state.policy = new_follower(state)
     ctx.cancel_timer(f"trainer:{task_id}:announce")

@@ -24,14 +24,15 @@ from dataclasses import dataclass, field, replace
 
 from gossip import errors, topics
 from gossip.errors import Rejected
-from gossip.messages import RolloutCommitment, TensorEntry, Verdict, WeightManifest
+from gossip.messages import RolloutCommitment, TensorEntry, TrainerCheckpoint, Verdict, WeightManifest
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking, standby
+from swarm.roles import checking, standby, trainerstate
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
+from swarm.roles.trainerstate import Checkpoints
 from swarm.rng import stable_seed
 from swarm.taskparams import TaskParams, task_spec
 from swarm.trust import SecondOpinions
@@ -67,6 +68,8 @@ class TrainerTask:
     chain_terms: dict[int, int] = field(default_factory=dict)  # version -> term, for the versions we train from
     heard: deque = field(default_factory=lambda: deque(maxlen=MAX_PENDING))  # a standby's recent commitments
     resumed: bool = False  # a returning trainer that heard no chain and resumed its own (standby.py)
+    states: Checkpoints | None = None  # trainer checkpoints published or fetched (trainerstate.py)
+    resume_state: TrainerCheckpoint | None = None  # handed to the first train job after a takeover
 
 
 class TrainerRole(Role):
@@ -85,6 +88,7 @@ class TrainerRole(Role):
         state = self.tasks[task.task_id] = TrainerTask(task_spec(task), TaskParams.of(task), task.async_level,
                                                        rank=rank, active=rank == 0)
         state.policy = standby.new_follower(state)
+        state.states = Checkpoints(self.ctx, task.task_id, state.params.state_every)
         self.keys[task.task_id] = task.trainer_keys
         if rank > 0:  # a standby: follows the chain until it must take over
             self.ctx.timer(standby.timer_name(task.task_id), now + state.params.takeover_s)
@@ -103,6 +107,8 @@ class TrainerRole(Role):
         if isinstance(msg, Verdict):
             return self._on_verdict(now, msg, signed.signer, self.ctx.signer(signed.signer))
         state = self.tasks.get(getattr(msg, "task_id", ""))
+        if isinstance(msg, TrainerCheckpoint) and state is not None:
+            return [] if state.active else trainerstate.heard(self.ctx, now, state.states, msg, signer)
         if isinstance(msg, WeightManifest) and state is not None:
             effects = []
             if standby.beaten_by(state, msg.term, msg.rank):
@@ -237,9 +243,13 @@ class TrainerRole(Role):
             del state.pending[p.commitment_id]
         state.in_step, state.busy = step, True
         parent = state.manifests.get(state.version)
+        pack = state.states.due(state.version, len(self.keys[state.spec.task_id]))
+        if pack:
+            state.states.packed_at = state.version + 1
         payload = jobs.TrainJob(task=state.spec, version=state.version, weights=state.weights,
                                 rollouts=tuple(p.commitment.blob_hash for p in step),
-                                parent_root=parent.root if parent else b"", parent_depth=parent.depth if parent else 0)
+                                parent_root=parent.root if parent else b"", parent_depth=parent.depth if parent else 0,
+                                term=state.term, pack_state=pack, state=state.resume_state)
         return effects + [self.ctx.job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
 
     def _drop_unusable(self, state: TrainerTask) -> list:
@@ -276,6 +286,8 @@ class TrainerRole(Role):
             self.ctx.timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": done.error[:300]})]
         result: jobs.VersionResult = done.result
+        if kind == jobs.INIT:  # a restarted trainer learns the term it last signed (trainer/trainstate.py)
+            state.term = max(state.term, int(dict(result.stats).get("term", 0)))
         if kind == jobs.INIT and result.version > 0 and len(self.keys[task_id]) > 1 and not state.resumed:
             return standby.returning(self.ctx, self, now, state, result.weights)
         try:
@@ -298,7 +310,9 @@ class TrainerRole(Role):
         kept = set(state.weights_by_version.values())
         released = self.ctx.release_blobs(self, [d for d in old if d not in kept])
         self.ctx.trained_version(task_id, result.version)
-        effects = released + self._keep_chain(now, state, manifest)
+        # a new checkpoint's shards are seeded before the old version's are released (a gc spares them)
+        effects = released + (self._checkpoint(now, state, result.state, manifest) if kind == jobs.TRAIN else [])
+        effects += self._keep_chain(now, state, manifest)
         for p in state.in_step:
             state.trained_commitments += 1
             state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
@@ -317,6 +331,9 @@ class TrainerRole(Role):
         effects.append(Emit("version-published", {**record, "term": state.term, "rank": state.rank,
                                                   "weights": result.weights.hex()}))
         effects += self._announce(now, state)
+        if kind == jobs.TRAIN:  # after its manifest: peers check a checkpoint against the version's root
+            state.resume_state = None
+            effects += trainerstate.announce(self.ctx, now, state.states)
         return effects + self._maybe_train(now, state)
 
     def _keep_chain(self, now: float, state: TrainerTask, manifest: WeightManifest) -> list:
@@ -331,6 +348,22 @@ class TrainerRole(Role):
         for old in [v for v in state.manifests if v < floor]:
             effects += self.ctx.release_shards(now, state.manifests.pop(old).root, self)
         return effects
+
+    def _checkpoint(self, now: float, state: TrainerTask, fields, new: WeightManifest) -> list:
+        """Publish the state the job packed, if it is of a version of this chain (a job process that
+        outlived a step-down may hand back the old chain's)."""
+        if not fields:
+            return []
+        m = new if new.version == int(fields["version"]) else state.manifests.get(int(fields["version"]))
+        if m is None or m.root != bytes(fields["weights_root"]):
+            return [Emit("checkpoint-dropped", {"task_id": state.spec.task_id, "version": int(fields["version"]),
+                                                "reason": "not a version of this chain"})]
+        try:
+            c = trainerstate.checkpoint_of(now, state.spec.task_id, state.term, state.rank, fields)
+        except (TypeError, ValueError, KeyError) as exc:
+            return [Emit("checkpoint-dropped", {"task_id": state.spec.task_id, "version": int(fields["version"]),
+                                                "reason": f"bad fields: {exc}"[:200]})]
+        return trainerstate.publish(self.ctx, now, state.states, c)
 
     def on_shards_done(self, now: float, root: bytes) -> list:
         return []  # the trainer only seeds
@@ -348,6 +381,8 @@ class TrainerRole(Role):
             if v in state.manifests:
                 effects += self.ctx.publish(now, topics.task_topic(task_id, "weights"),
                                              replace(state.manifests[v], created_at=now))
+        if chain:
+            effects += trainerstate.announce(self.ctx, now, state.states, again=True)
         self.ctx.timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
         return effects
 
@@ -394,7 +429,8 @@ class TrainerRole(Role):
                           "checking": sum(1 for p in s.pending.values() if p.result is None),
                           "rejected": s.rejected,
                           "trained_commitments": s.trained_commitments, "completions": s.completions,
-                          "dropped": s.dropped, "history": list(s.history)[-64:]}
+                          "dropped": s.dropped, "history": list(s.history)[-64:],
+                          "checkpoint": s.states.snapshot()}
                 for task_id, s in sorted(self.tasks.items())}
 
 

@@ -28,3 +28,10 @@ def test_trainer_failover_keeps_training_and_heals_to_one_chain():
     assert healed and float(healed.group(1)) <= 30.0  # within takeover_after of the heal
     tr = r.metrics["training"]
     assert tr["rollouts_trained"] > 100 and tr["newest_version"] >= 30
+    # each takeover continued from a trainer checkpoint the standby had fetched (older than the version
+    # it continued from: state_every is 20 versions), never from nothing
+    st = r.metrics["trainer_state"]
+    assert st["checkpoints"] >= 3 and len(st["takeovers"]) == 3
+    assert all(t["state_version"] is not None and t["state_version"] <= t["from_version"] for t in st["takeovers"])
+    assert st["restored"] == {"moments": 3}
+    assert 0 < st["wire_fraction_of_weights"] < 0.5

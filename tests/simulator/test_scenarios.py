@@ -20,8 +20,12 @@ PINNED = {
     # (churn-compressed was 437cfb71..., the full churn moved 96f3f44f... -> ae8670ff...).
     "smoke": "14072ba2713f8da3f7d6dada6ad248449aeb760e5c8a56dbde587f827a021b34",
     "adversarial": "7851677a9f67f9f4a00cfd1fc0e1384752e64bb47be47db70c5dc61c1f0eb707",
-    "churn-compressed": "420fd16c3136e9904f3a83aaf60db34018b59e3998658fdc8d00f9aca5dd467b",
-    "trainer-failover": "676c88892e183048ffb8217715906b53c41c8234eb6e04024433653f987a0dc8",
+    # Moved by trainer checkpoints (issue 19): churn's tasks have standbys, which now fetch the active
+    # trainer's state, and a holder named by a manifest's signer is found by root, not by version (a
+    # restarted trainer republishes a version under a new root) (churn-compressed was 420fd16c...,
+    # trainer-failover 676c8889...).
+    "churn-compressed": "f3723a59a29d2e744322fc0ae349de7aeee9085972c396811e518c6428331e3a",
+    "trainer-failover": "6d3c6491d5cdf316fd0edbd0bc26bf41a3f243dcdcd3d60e36dc1bbee7826e9a",
 }
 
 

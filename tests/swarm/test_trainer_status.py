@@ -20,7 +20,8 @@ def test_status_names_the_active_trainer_its_term_and_the_standbys():
         [standby] = view["standbys"]
         assert standby["peer_id"] == trainers[1].peer_id and standby["rank"] == 1 and standby["alive"]
         assert standby["version"] is not None and 0 <= standby["behind"] <= 2
-    assert chain_of(trainers[0], task_id, net.now)["self"] == {"state": "active", "rank": 0, "term": 0}
+    assert chain_of(trainers[0], task_id, net.now)["self"] == {"state": "active", "rank": 0, "term": 0,
+                                                         "state_version": None, "state_behind": None}
     assert chain_of(trainers[1], task_id, net.now)["self"]["state"] == "standby"
     assert chain_of(trainers[1], task_id, net.now)["self"]["rank"] == 1
     assert chain_of(workers[0], task_id, net.now)["self"] is None
@@ -37,4 +38,5 @@ def test_after_a_takeover_status_shows_the_new_term_and_the_dead_standby():
     assert view["active"]["rank"] == 1 and view["active"]["term"] == 1
     [old] = view["standbys"]
     assert old["peer_id"] == trainers[0].peer_id and old["rank"] == 0 and not old["alive"]
-    assert chain_of(trainers[1], task_id, net.now)["self"] == {"state": "active", "rank": 1, "term": 1}
+    assert chain_of(trainers[1], task_id, net.now)["self"] == {"state": "active", "rank": 1, "term": 1,
+                                                         "state_version": None, "state_behind": None}

@@ -29,7 +29,7 @@ def test_init_resumes_from_the_last_published_version(tmp_path):
 
     restarted = JobWorker(blobs, tmp_path / "state-at-v2")
     again = restarted.run("init", InitJob(TASK, seed=7))
-    assert (again.version, again.weights) == (2, v2.weights) and again.stats == {"resumed": 1.0}
+    assert (again.version, again.weights) == (2, v2.weights) and again.stats == {"resumed": 1.0, "term": 0.0}
     assert again.manifest["encoding"] == "full"  # peers that rejoin need no ancestor to rebuild it
     # the stopped trainer's next step and the restarted one's are the same step: master weights
     # and optimizer moments come back from the state dir

@@ -1,0 +1,116 @@
+"""Trainer checkpoints: the active trainer's state, carried to its standbys over the weights exchange.
+
+A version is what workers need; a takeover needs more: the full-precision master weights, the
+optimizer moments, the step (the schedule position) and the RNG (trainer/checkpoint.py packs them).
+In a task with several trainers the active one asks its job to pack that state every `state_every`
+versions (the job does it after answering, off the critical path, and hands the fields back with the
+next result), seeds the shards and publishes a signed `TrainerCheckpoint` naming the version's
+manifest root; it re-announces the newest one with its manifests. Standbys alone fetch it (workers
+and validators never ask for it), keep the newest complete one, and a standby that takes over hands
+it to its first train job: the moments always, the master weights when the checkpoint is of the very
+version it continues from (else it starts from that version's published weights: docs/weights.md).
+
+Every peer checks a checkpoint before a role sees it (swarm/forkchoice.py `judge_checkpoint`): signed
+by a listed trainer (`unauthorized`), of the chain it follows (`superseded`), naming the root its
+version's manifest has (`checkpoint-mismatch`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gossip import topics
+from gossip.messages import TensorEntry, TrainerCheckpoint
+from swarm.io import Emit
+
+
+class Checkpoints:
+    """One task's checkpoints as a trainer sees them; also the shard owner of the ones it holds."""
+
+    def __init__(self, ctx, task_id: str, every: int) -> None:
+        self.ctx, self.task_id, self.every = ctx, task_id, every
+        self.newest: TrainerCheckpoint | None = None  # complete: published by us, or fetched in full
+        self.fetching: TrainerCheckpoint | None = None  # a standby's download in progress
+        self.packed_at = -1  # the version whose train job last packed the state (active trainer)
+        self.published = self.fetched = self.bytes_published = 0
+        self.unannounced = False  # the newest is seeded but its message waits for the version's manifest
+
+    def due(self, version: int, trainers: int) -> bool:
+        """Pack the state after training from `version`? Only where a standby could use it."""
+        return trainers > 1 and (self.packed_at < 0 or version + 1 - self.packed_at >= self.every)
+
+    def on_shards_done(self, now: float, root: bytes) -> list:
+        c = self.fetching
+        if c is None or c.root != root:
+            return []
+        old, self.fetching, self.newest = self.newest, None, c
+        self.fetched += 1
+        effects = self.ctx.release_shards(now, old.root, self) if old is not None and old.root != root else []
+        return effects + [Emit("checkpoint-fetched", {"task_id": self.task_id, "version": c.version, "term": c.term,
+                                                      "bytes": c.compressed_size})]
+
+    def snapshot(self) -> dict:
+        c = self.newest
+        return {"version": c.version if c else None, "term": c.term if c else None,
+                "bytes": c.compressed_size if c else 0, "fetching": self.fetching.version if self.fetching else None,
+                "published": self.published, "fetched": self.fetched}
+
+
+def checkpoint_of(now: float, task_id: str, term: int, rank: int, fields) -> TrainerCheckpoint:
+    """The signed-to-be message of the state a train job packed."""
+    f = dict(fields)
+    tensors = tuple(t if isinstance(t, TensorEntry) else TensorEntry(*t) for t in f.pop("tensors"))
+    return TrainerCheckpoint(task_id=task_id, term=term, rank=rank, created_at=now, tensors=tensors,
+                             shard_hashes=tuple(f.pop("shard_hashes")), piece_hashes=tuple(f.pop("piece_hashes")),
+                             **f)
+
+
+def publish(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint) -> list:
+    """Active trainer: serve the new checkpoint (before anything else is released: a gc must spare its
+    shards) and drop the previous one; `announce` sends it once its version's manifest is out."""
+    old, cps.newest, cps.unannounced = cps.newest, c, True
+    cps.published += 1
+    cps.bytes_published += c.compressed_size
+    effects = ctx.seed_shards(now, c, cps)
+    if old is not None and old.root != c.root:
+        effects += ctx.release_shards(now, old.root, cps)
+    return effects + [Emit("checkpoint-published", {"task_id": cps.task_id, "version": c.version, "term": c.term,
+                                                    "bytes": c.compressed_size, "raw_bytes": c.raw_size})]
+
+
+def announce(ctx, now: float, cps: Checkpoints, again: bool = False) -> list:
+    """Sign the newest checkpoint: once, after its version's manifest (peers check it against that
+    root), and `again` with every re-announcement of the chain (a standby that joins late needs it)."""
+    if cps.newest is None or not (again or cps.unannounced):
+        return []
+    cps.unannounced = False
+    return ctx.publish(now, topics.task_topic(cps.task_id, "weights"), replace(cps.newest, created_at=now))
+
+
+def heard(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint, signer: str) -> list:
+    """Standby: fetch a checkpoint newer than what it has (the fork choice judged it already)."""
+    have = max((x.version for x in (cps.newest, cps.fetching) if x is not None), default=-1)
+    if c.version <= have and not _other_chain(cps, c):
+        return []
+    effects = []
+    if cps.fetching is not None and cps.fetching.root != c.root:
+        effects += ctx.release_shards(now, cps.fetching.root, cps)
+    cps.fetching = c
+    return effects + ctx.want_shards(now, c, cps, source=signer)
+
+
+def _other_chain(cps: Checkpoints, c: TrainerCheckpoint) -> bool:
+    """A checkpoint of another (better) chain than the one ours came from replaces it whatever its version."""
+    have = cps.fetching or cps.newest
+    return have is not None and (have.term, have.rank) != (c.term, c.rank)
+
+
+def drop_all(ctx, now: float, cps: Checkpoints) -> list:
+    """Stepping down or taking over with it: nothing of this chain's state is served or fetched any more."""
+    effects = []
+    for c in (cps.newest, cps.fetching):
+        if c is not None:
+            effects += ctx.release_shards(now, c.root, cps)
+    cps.newest = cps.fetching = None
+    cps.packed_at = -1
+    return effects
