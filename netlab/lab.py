@@ -158,11 +158,11 @@ class Lab:
         self._ip(router.ns, "addr", "add", f"{router.lan_net}.1/24", "dev", "lan")
         self._ip(router.ns, "link", "set", "lan", "up")
         self.exec(router.ns, ["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-        for rule in (["-t", "nat", "-A", "POSTROUTING", "-s", f"{router.lan_net}.0/24", "-o", "wan", "-j", "MASQUERADE"],
-                     ["-A", "FORWARD", "-i", "wan", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
-                     ["-A", "FORWARD", "-i", "wan", "-j", "DROP"],
-                     ["-A", "INPUT", "-i", "wan", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
-                     ["-A", "INPUT", "-i", "wan", "-j", "DROP"]):
+        replies = ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]
+        masquerade = ["-s", f"{router.lan_net}.0/24", "-o", "wan", "-j", "MASQUERADE"]
+        for rule in (["-t", "nat", "-A", "POSTROUTING", *masquerade],
+                     ["-A", "FORWARD", "-i", "wan", *replies], ["-A", "FORWARD", "-i", "wan", "-j", "DROP"],
+                     ["-A", "INPUT", "-i", "wan", *replies], ["-A", "INPUT", "-i", "wan", "-j", "DROP"]):
             self.exec(router.ns, [iptables, "-w", "5", *rule])
         self.routers[name] = router
         return router

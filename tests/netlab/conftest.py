@@ -3,6 +3,8 @@ run one (not root, namespaces refused, no tc tbf) every lab test skips with that
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from netlab import Lab, LabError, unavailable_reason
@@ -21,11 +23,19 @@ def lab(lab_unavailable):
         yield built
 
 
-def add_nat_or_skip(lab: Lab, name: str):
-    """A NAT router, or a skip naming why iptables could not be had (installed on demand)."""
+@contextmanager
+def nat_or_skip():
+    """Around code that builds NAT routers: a skip naming why iptables could not be had (the lab
+    installs it on demand); any other lab error fails the test."""
     try:
-        return lab.add_nat(name)
+        yield
     except LabError as exc:
         if "iptables" in str(exc):
             pytest.skip(f"no NAT in the lab: {exc}")
         raise
+
+
+def add_nat_or_skip(lab: Lab, name: str):
+    """A NAT router, or a skip naming why there is none."""
+    with nat_or_skip():
+        return lab.add_nat(name)
