@@ -45,3 +45,23 @@ def test_tbf_limits_uplink_and_downlink(lab):
     assert abs(measured_up - rate) / rate < 0.25, f"uplink {measured_up:.1f} Mbit/s, configured {rate}"
     assert abs(measured_down - rate) / rate < 0.25, f"downlink {measured_down:.1f} Mbit/s, configured {rate}"
     assert unshaped > 3 * rate, f"an unshaped link ({unshaped:.0f} Mbit/s) must be far faster than the limit"
+
+
+def test_a_stale_lab_is_cleaned_and_a_live_one_left_alone(lab):
+    import subprocess
+
+    from netlab.lab import STATE_DIR, clean_stale
+    from netlab.tools import run
+
+    dead = subprocess.Popen(["true"])
+    dead.wait(5)
+    key = "swlab-0dead0"  # a lab whose owner (a finished process) is gone
+    (STATE_DIR / key).write_text(str(dead.pid))
+    run(["ip", "netns", "add", f"{key}-x"])
+    try:
+        removed = clean_stale()
+        assert f"{key}-x" in removed and not (STATE_DIR / key).exists()
+        assert not [ns for ns in removed if ns.startswith(lab.key)], "the live lab was left alone"
+        assert f"{lab.key}-core" in run(["ip", "netns", "list"])
+    finally:
+        run(["ip", "netns", "del", f"{key}-x"], check=False)
