@@ -22,8 +22,16 @@ Three parts (each can be skipped):
                uplink is saturated throughout, so its time is N * size / bandwidth, which the
                simulated 100-peer star confirms; simulating it would take ~10^8 flow events).
 
+  netlab       (`--netlab`, instead of the parts above; root) the localhost run in a network lab of
+               real namespaces (netlab/shardbench.py): a seed and `--netlab-peers` mirrors, each on a
+               `tc tbf` uplink of `--upload-mbps` shaped by the kernel, the last `--netlab-natted` of
+               them each behind a NAT router of its own (outbound only). Time until every peer
+               holds a `--size-mb` version, as a multiple of the single-transfer bound
+               size / uplink (target under 2x). No emulated latency: netem is not in this kernel.
+
 Run: `python bench/weights.py [--skip-compression] [--skip-smollm2] [--skip-localhost] [--skip-sim]`
-(about 15-30 min on 2 shared cores; every part prints progress on stderr).
+(about 15-30 min on 2 shared cores; every part prints progress on stderr);
+`python bench/weights.py --netlab [--size-mb 50] [--netlab-peers 8] [--netlab-natted 2]` (about 2 min).
 """
 
 from __future__ import annotations
@@ -189,6 +197,24 @@ def simulator(peer_counts: list[int], size_mb: float, mbps: float, star_max: int
     return out
 
 
+# ---------------------------------------------------------------- netlab
+
+
+def netlab(peers: int, natted: int, size_mb: float, up_mbps: float) -> dict:
+    from netlab import unavailable_reason
+    from netlab.shardbench import run_netlab
+
+    reason = unavailable_reason()
+    if reason:
+        return {"skipped": reason}
+    _say(f"netlab: {peers} mirrors ({natted} behind NAT), {size_mb} MB, tbf uplinks {up_mbps} Mbit/s")
+    before = [round(x, 2) for x in os.getloadavg()]
+    with tempfile.TemporaryDirectory(prefix="swarm-weights-netlab-") as tmp:
+        result = run_netlab(peers, natted, size_mb, up_mbps, Path(tmp) / "run")
+    return {**result, "target_ratio": 2.0, "loadavg_before": before,
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--skip-compression", action="store_true")
@@ -207,8 +233,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--local-size-mb", type=float, default=None,
                     help="localhost emulated-link runs: version size (default --size-mb)")
     ap.add_argument("--skip-unthrottled", action="store_true", help="localhost: only the emulated-link runs")
+    ap.add_argument("--netlab", action="store_true", help="run only the network-lab part (root; namespaces, tc tbf, NAT)")
+    ap.add_argument("--netlab-peers", type=int, default=8, help="netlab: mirrors besides the seed")
+    ap.add_argument("--netlab-natted", type=int, default=2, help="netlab: how many of them sit behind NAT")
     args = ap.parse_args(argv)
     out: dict = {}
+    if args.netlab:
+        out["netlab"] = netlab(args.netlab_peers, args.netlab_natted, args.size_mb, args.upload_mbps or 10.0)
+        print(json.dumps(out, indent=2))
+        return
     if not args.skip_compression:
         import torch
 

@@ -40,14 +40,15 @@ def _lower_priority(nice: int) -> None:
 
 
 def start_peer(args: list[str], log_path: Path, ready_timeout: float = 60.0,
-               nice: int = 0) -> tuple[subprocess.Popen, str]:
+               nice: int = 0, wrap: list[str] | tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     """Run `swarm-node start ARGS` (at `nice` scheduling priority, job process included); return the
-    process and the multiaddr it printed."""
+    process and the multiaddr it printed. `wrap` goes before the command and must exec it in place
+    (netlab: `ip netns exec NS`), so the pid stays the node's."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
     env = {**os.environ, **CHILD_ENV}
     launcher = os.getpid()
-    proc = subprocess.Popen([sys.executable, "-m", "node.cli", "start", *args], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*wrap, sys.executable, "-m", "node.cli", "start", *args], stdout=subprocess.PIPE,
                             stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,
                             preexec_fn=lambda: (die_with_parent(launcher), _lower_priority(nice) if nice else None))
     log.close()

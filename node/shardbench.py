@@ -13,6 +13,9 @@ only, serve nothing): the single-origin baseline. Every process is stopped by PI
 `swarm-node start --upload-mbps`): all peers share this machine's cores, so unthrottled the swarm
 measures the aggregate Noise + yamux throughput of the CPU; with uplinks whose sum the cores can
 carry, it measures the protocol, as the simulator's per-peer links do.
+
+`launcher` places the processes elsewhere: netlab/shardbench.py starts each one in its own network
+namespace with kernel-shaped links (bench/weights.py --netlab).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
 from node.control import ControlError, call
 from node.procs import start_peer, stop_processes
@@ -45,35 +49,56 @@ def _wait(what: str, cond, timeout: float, every: float = 0.2):
     raise TimeoutError(f"timed out waiting for {what}")
 
 
+class Launcher(Protocol):
+    """Starts a named peer (`seed`, `peer0`, ...: its data dir's name) and calls its control API."""
+
+    def start(self, name: str, args: list[str], log_path: Path) -> tuple[Any, str]: ...
+
+    def call(self, data_dir: Path, cmd: str, args: dict | None = None) -> Any: ...
+
+
+class LocalLauncher:
+    """Every peer on 127.0.0.1 of this machine."""
+
+    def start(self, name: str, args: list[str], log_path: Path) -> tuple[Any, str]:
+        return start_peer(args, log_path)
+
+    def call(self, data_dir: Path, cmd: str, args: dict | None = None) -> Any:
+        return call(data_dir, cmd, args)
+
+
 def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout: float = 300.0,
                   shard_size: int = SHARD, base_port: int = 0, upload_mbps: float | None = None,
-                  piece_size: int = DEFAULT_PIECE_SIZE) -> dict:
+                  piece_size: int = DEFAULT_PIECE_SIZE, launcher: Launcher | None = None) -> dict:
     if mode not in ("swarm", "star"):
         raise ValueError("mode is 'swarm' or 'star'")
+    launcher = launcher or LocalLauncher()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     link = ["--upload-mbps", str(upload_mbps)] if upload_mbps else []  # every peer, the seed included
     procs = []
     try:
         seed_dir = workdir / "seed"
-        proc, addr = start_peer(["--bootstrap", "--port", str(base_port), "--data-dir", str(seed_dir),
-                                 "--roles", "relay", *link], seed_dir / "node.log")
+        proc, addr = launcher.start("seed", ["--bootstrap", "--port", str(base_port), "--data-dir", str(seed_dir),
+                                             "--roles", "relay", *link], seed_dir / "node.log")
         procs.append(proc)
         dirs = []
         for i in range(peers):
             d = workdir / f"peer{i}"
-            proc, _ = start_peer(["--join", addr, "--port", "0", "--data-dir", str(d),
-                                  "--roles", "mirror" if mode == "swarm" else "leech", *link], d / "node.log")
+            role = "mirror" if mode == "swarm" else "leech"
+            proc, _ = launcher.start(d.name, ["--join", addr, "--port", "0", "--data-dir", str(d),
+                                              "--roles", role, *link], d / "node.log")
             procs.append(proc)
             dirs.append(d)
         table = {"task": {"name": "weights-bench", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
                           "async_level": 2, "trainers": ["self"]}}
-        task_id = call(seed_dir, "announce-task", {"task": table})["task_id"]
+        task_id = launcher.call(seed_dir, "announce-task", {"task": table})["task_id"]
         for d in dirs:  # every peer knows the task and has at least one link
             _wait(f"{d.name} to learn the task", lambda d=d: any(
-                t["task_id"] == task_id for t in call(d, "status")["tasks"]) and call(d, "status")["connected"], 60)
+                t["task_id"] == task_id for t in launcher.call(d, "status")["tasks"])
+                and launcher.call(d, "status")["connected"], 60)
         if mode == "swarm" and peers > 1:  # let peer exchange link the mirrors to each other too
-            _wait("mirrors to link up", lambda: all(len(call(d, "status")["connected"]) >= min(peers, 3)
+            _wait("mirrors to link up", lambda: all(len(launcher.call(d, "status")["connected"]) >= min(peers, 3)
                                                     for d in dirs), 30)
         size = int(size_mb * 1e6)
         payload = os.urandom(size)  # incompressible, like a packed (already compressed) version
@@ -91,7 +116,7 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
                     "piece_size": piece_size, "piece_hashes": [h.hex() for h in pieces],
                     "tensors": [], "created_at": 0.0}
         t0 = time.time()
-        call(seed_dir, "publish-version", {"manifest": manifest})
+        launcher.call(seed_dir, "publish-version", {"manifest": manifest})
 
         def finished():
             out = {}
@@ -105,11 +130,14 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
             for f in (d / "shards").iterdir():
                 if not f.name.startswith("."):
                     assert blake2b256(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
-        served = {d.name: call(d, "status")["host"]["driver"].get("pieces-served", 0) for d in dirs}
+        served = {d.name: launcher.call(d, "status")["host"]["driver"].get("pieces-served", 0)
+                  for d in [seed_dir, *dirs]}
+        by_seed = served.pop("seed")
         return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards), "pieces": len(pieces),
                 "upload_mbps": upload_mbps,
                 "reach_all_s": round(max(times.values()), 3), "per_peer_s": {k: round(v, 3) for k, v in sorted(times.items())},
-                "pieces_served_by_peers": sum(served.values())}
+                "pieces_served_by_peers": sum(served.values()), "pieces_served_by_seed": by_seed,
+                "pieces_served_per_peer": served}
     finally:
         codes = stop_processes(procs)
         (workdir / "exit-codes.json").write_text(json.dumps(codes))
