@@ -130,7 +130,7 @@ class GuardedRelay(CircuitV2Protocol):
             self._refuse(refused)
             await reset_quietly(stream)
             return
-        try:
+        try:  # the slot bounds streams still waiting for their message; circuits have bounds of their own
             msg = None
             with trio.move_on_after(self.relay_limits.hop_read_timeout):
                 try:
@@ -140,19 +140,19 @@ class GuardedRelay(CircuitV2Protocol):
                     self._penalties.charge(peer, "relay_garbage")
                     await self._status(stream, self._refuse("malformed"))
                     return
-            if msg is None:
-                self._penalties.charge(peer, "relay_idle")
-                self._refuse("idle")
-                await reset_quietly(stream)
-            elif msg.type == HopMessage.RESERVE:
-                await self._reserve(stream, msg, peer)
-            elif msg.type == HopMessage.CONNECT:
-                await self._connect(stream, msg, peer)
-            else:
-                self._penalties.charge(peer, "relay_garbage")
-                await self._status(stream, StatusCode.UNEXPECTED_MESSAGE)
         finally:
             self.gate.close_stream(peer)
+        if msg is None:
+            self._penalties.charge(peer, "relay_idle")
+            self._refuse("idle")
+            await reset_quietly(stream)
+        elif msg.type == HopMessage.RESERVE:
+            await self._reserve(stream, msg, peer)
+        elif msg.type == HopMessage.CONNECT:
+            await self._connect(stream, msg, peer)
+        else:
+            self._penalties.charge(peer, "relay_garbage")
+            await self._status(stream, StatusCode.UNEXPECTED_MESSAGE)
 
     async def _reserve(self, stream: INetStream, msg: HopMessage, peer: str) -> None:
         if msg.HasField("peer") and msg.peer.id and bytes(msg.peer.id) != stream.muxed_conn.peer_id.to_bytes():
@@ -165,10 +165,13 @@ class GuardedRelay(CircuitV2Protocol):
             await self._status(stream, self._refuse(refused))
             return
         msg.ClearField("peer")  # the library then reserves for the connection's peer, never a claimed one
+        refresh = peer in self.gate.slots
+        self.gate.reserved(peer, ip, now)  # held before the await: concurrent RESERVEs see it
         await self._handle_reserve(stream, msg)
         if self.resource_manager.get_reservation(stream.muxed_conn.peer_id) is not None:
-            self.gate.reserved(peer, ip, now)
-            self._stats.relay["reservations_accepted"] += 1
+            self._stats.relay["reservations_refreshed" if refresh else "reservations_accepted"] += 1
+        elif not refresh:
+            self.gate.drop(peer)
         with trio.move_on_after(self.relay_limits.hop_read_timeout):
             try:
                 await stream.close()
