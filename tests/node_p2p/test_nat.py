@@ -80,7 +80,8 @@ async def test_relay_refuses_beyond_limits_and_keeps_existing_circuits():
             await wait_until(lambda: n1.reachability()["relays"] or n2.reachability()["relays"], 20, "a reservation")
             holder, other = (n1, n2) if n1.reachability()["relays"] else (n2, n1)
             await wait_until(lambda: relay.stats.relay.get("refused_reservations_full", 0) >= 1, 20, "refusal")
-            assert other.stats.relay.get("client_reserve_failed_RESERVATION_REFUSED", 0) >= 1
+            await wait_until(lambda: other.stats.relay.get("client_reserve_failed_RESERVATION_REFUSED", 0) >= 1, 5,
+                             "the refused client to read the reason")  # the relay counts before it answers
             assert other.reachability()["relays"] == []
             if holder is not n1:
                 holder.set_request_handler(ECHO, echo)
