@@ -55,6 +55,34 @@ class NodeConfig(Settings):
     job_device: str = Field("cpu", description="where the job processes run models (generation, checks, GRPO): "
                             "cpu, cuda or cuda:N, with a CUDA build of torch", json_schema_extra={"metavar": "DEVICE"})
 
+    # Peers behind NATs (docs/operating.md "Behind a NAT"; node/p2p/nat.py)
+    relay_service: bool = Field(False, description="serve circuit relay v2 to NATed peers (a public peer's job), "
+                                "under the relay_* limits")
+    relay_max_reservations: int = Field(32, ge=1, le=4096, description="relay: reservations held at once",
+                                        json_schema_extra={"metavar": "N"})
+    relay_max_circuits: int = Field(64, ge=1, le=4096, description="relay: circuits open at once",
+                                    json_schema_extra={"metavar": "N"})
+    relay_circuit_seconds: int = Field(120, ge=1, le=86400, description="relay: a circuit closes this long after "
+                                       "it opened", json_schema_extra={"metavar": "SECONDS"})
+    relay_circuit_mb: float = Field(64.0, gt=0, description="relay: MB one circuit carries",
+                                    json_schema_extra={"metavar": "MB"})
+    relay_reservation_mb: float = Field(256.0, gt=0, description="relay: MB all circuits to one reserved peer "
+                                        "carry per reservation period", json_schema_extra={"metavar": "MB"})
+    announce: Annotated[Strs, BeforeValidator(_listed)] = Field(
+        (), description="advertise these addresses instead of the listen address (a forwarded port), "
+        "e.g. /ip4/203.0.113.7/tcp/4001", json_schema_extra={"metavar": "MULTIADDR"})
+    reachability: bool = Field(True, description="ask peers to dial us back to learn whether we are reachable "
+                               "(private: reserve relay slots)")
+    quic: bool = Field(False, description="also listen on QUIC (udp): experimental, see docs/benchmarks.md")
+
+    @field_validator("announce")
+    @classmethod
+    def _multiaddrs(cls, addrs: tuple[str, ...]) -> tuple[str, ...]:
+        for addr in addrs:
+            if not addr.startswith(("/ip4/", "/ip6/", "/dns")) or "/p2p-circuit" in addr:
+                raise ValueError(f"announce: {addr!r} is not a direct multiaddr like /ip4/203.0.113.7/tcp/4001")
+        return addrs
+
     @field_validator("roles")
     @classmethod
     def _known_roles(cls, roles: tuple[str, ...]) -> tuple[str, ...]:

@@ -21,7 +21,7 @@ from node.keystore import load_or_create_identity
 from node.log import EventLog
 from node.records import Records
 from node.shardstore import ShardDir
-from node.p2p import HostConfig, RequestError, open_host
+from node.p2p import HostConfig, ReachConfig, RelayLimits, RequestError, open_host
 from node.taskfile import TaskFileError, task_from_dict
 from swarm import protocols
 from swarm.core import CoreConfig, PeerCore
@@ -43,7 +43,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                                     target_connections=cfg.target_connections)),
         seed=stable_seed("peer", identity.public_key))
     blobs = BlobStore(Path(cfg.data_dir) / "blobs")
-    async with open_host(HostConfig(seed=identity.seed, listen_host=cfg.host, port=cfg.port)) as host:
+    async with open_host(_host_config(cfg, identity.seed)) as host:
         async with trio.open_nursery() as nursery:
             driver = CoreDriver(core, host, nursery, log, blobs=blobs, records=Records(cfg.data_dir),
                                 shards=ShardDir(Path(cfg.data_dir) / "shards"))
@@ -76,6 +76,9 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             nursery.start_soon(driver.publisher)
             addrs = host.listen_addrs()
             driver.feed(Started(tuple(addrs)))
+            # A NATed node's advertised addresses change once it learns it is private and reserves
+            # relay slots (node/p2p/nat.py): later heartbeats carry the circuit addresses first.
+            host.on_addrs_changed(lambda new: setattr(core, "listen_addrs", tuple(new)))
             nursery.start_soon(driver.timer_loop)
             stop = trio.Event()
             handler = _control_handler(cfg, driver, host, stop)
@@ -90,6 +93,19 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             task_status.started(addrs)
             await stop.wait()
             nursery.cancel_scope.cancel()
+
+
+def _host_config(cfg: NodeConfig, seed: bytes) -> HostConfig:
+    mb = 1 << 20
+    limits = RelayLimits(max_reservations=cfg.relay_max_reservations,
+                         max_reservations_per_ip=min(4, cfg.relay_max_reservations),
+                         max_circuits=cfg.relay_max_circuits,
+                         max_circuits_per_peer=min(4, cfg.relay_max_circuits),
+                         circuit_seconds=cfg.relay_circuit_seconds, circuit_bytes=int(cfg.relay_circuit_mb * mb),
+                         reservation_bytes=int(cfg.relay_reservation_mb * mb))
+    return HostConfig(seed=seed, listen_host=cfg.host, port=cfg.port, nat=True, relay_service=cfg.relay_service,
+                      relay_limits=limits, announce_addrs=tuple(cfg.announce), quic=cfg.quic,
+                      reach=ReachConfig(enabled=cfg.reachability))
 
 
 def _blob_handler(driver: CoreDriver, blobs: BlobStore):
@@ -111,6 +127,7 @@ def _control_handler(cfg: NodeConfig, driver: CoreDriver, host, stop: trio.Event
             snap["data_dir"] = str(cfg.data_dir)
             snap["host"] = {"connected": sorted(host.connected_peers()), "stats": host.stats.snapshot(),
                             "driver": dict(driver.counters)}
+            snap["reachability"] = host.reachability()
             return snap
         if cmd == "latency":
             return driver.core.stats.latency_samples()

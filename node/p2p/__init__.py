@@ -2,12 +2,16 @@
 
 Import from here; the submodules each do one job:
 config (settings, errors), build (construct libp2p objects), host (the Host API, open_host),
-guard (exception containment), conngate + connguard (inbound connection limits), reqresp + framing (request streams), ratelimit, events, stats.
+guard (exception containment), conngate + connguard (inbound connection limits), reqresp + framing (request streams), ratelimit, events, stats;
+nat (peers behind NATs): reach (dial-back reachability), relay + relaygate (circuit relay v2 service),
+autorelay (reservations, dialing through relays), holepunch (DCUtR).
 """
 
 from .conngate import ConnLimits
 from .config import DialError, HostConfig, MessageTooLarge, P2PError, RequestError
 from .host import Host, open_host
+from .reach import ReachConfig
+from .relaygate import RelayLimits
 from .stats import HostStats
 
 __all__ = [
@@ -18,6 +22,8 @@ __all__ = [
     "HostStats",
     "MessageTooLarge",
     "P2PError",
+    "ReachConfig",
+    "RelayLimits",
     "RequestError",
     "open_host",
 ]

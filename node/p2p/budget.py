@@ -36,6 +36,13 @@ PENALTY_POINTS: dict[str, float] = {
     "request_flood": 5.0,  # asked for more concurrent slots than its share
     "pubsub_garbage": 25.0,  # a meshsub frame that does not parse
     "conn_flood": 10.0,  # more inbound connections at once than conn_limits.max_conns_per_peer
+    "relay_garbage": 25.0,  # a hop/stop message that does not parse, or of the wrong type (relay.py)
+    "relay_spoof": 25.0,  # RESERVE for a peer id other than the connection's
+    "relay_idle": 10.0,  # a hop stream without its message within hop_read_timeout
+    "relay_flood": 5.0,  # more hop streams at once than max_hop_streams_per_peer
+    "holepunch_garbage": 25.0,  # a DCUtR message that does not parse, or out of order (holepunch.py)
+    "holepunch_flood": 5.0,
+    "dialback_garbage": 25.0,  # a /swarm/dialback/1 request that is not {"ports": [int]} (reach.py)  # DCUtR sessions faster than one per holepunch interval
 }
 DEFAULT_POINTS = 10.0
 

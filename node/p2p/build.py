@@ -73,6 +73,7 @@ class Parts:
     pubsub: GuardedPubsub
     router: GuardedGossipSub
     listen_addr: Multiaddr
+    listen_addrs: list[Multiaddr]
     penalties: PenaltyBox
     conn_guard: ConnGuard
 
@@ -84,11 +85,16 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
     key_pair = create_new_key_pair(bytes(config.seed))
     noise = NoiseTransport(key_pair, noise_privkey=create_new_x25519_key_pair().private_key)
     listen_addr = Multiaddr(f"/ip4/{config.listen_host}/tcp/{config.port}")
+    listen_addrs = [listen_addr]
+    if config.quic:  # QUIC brings its own TLS 1.3 and streams: sec_opt/muxer_opt apply to TCP only
+        listen_addrs.append(Multiaddr(f"/ip4/{config.listen_host}/udp/{config.port}/quic-v1"))
     host = new_host(
         key_pair=key_pair,
         sec_opt={NOISE_PROTOCOL_ID: noise},
         muxer_opt={TProtocol(YAMUX_PROTOCOL_ID): Yamux},
-        listen_addrs=[listen_addr],
+        listen_addrs=listen_addrs,
+        enable_quic=config.quic,
+        announce_addrs=[Multiaddr(a) for a in config.announce_addrs] or None,
         # The library's upgrade timeout is a backstop: connguard closes a socket whose handshake is
         # unfinished at conn_limits.handshake_timeout, a second earlier.
         connection_config=ConnectionConfig(inbound_upgrade_timeout=config.conn_limits.handshake_timeout + 1.0),
@@ -116,5 +122,5 @@ def build(config: HostConfig, stats: HostStats) -> Parts:
     )
     pubsub = GuardedPubsub(host, router, strict_signing=True, msg_id_constructor=content_msg_id,
                            guard_stats=stats, penalties=penalties)
-    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr, penalties=penalties,
-                 conn_guard=conn_guard)
+    return Parts(host=host, pubsub=pubsub, router=router, listen_addr=listen_addr, listen_addrs=listen_addrs,
+                 penalties=penalties, conn_guard=conn_guard)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .conngate import ConnLimits
+from .reach import ReachConfig
+from .relaygate import RelayLimits
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,14 @@ class HostConfig:
     # Inbound connections: handshake deadline, pending and established bounds per source address and
     # in total, slots reserved for known peers (conngate.py says why each one exists).
     conn_limits: ConnLimits = ConnLimits()
+    # Peers behind NATs (node/p2p/nat.py): dial-back reachability, relay client, DCUtR. Off for a bare
+    # host (unit tests of other parts); the node turns it on.
+    nat: bool = False
+    reach: ReachConfig = ReachConfig()
+    relay_service: bool = False  # serve circuit relay v2 (hop) under relay_limits: a public peer's job
+    relay_limits: RelayLimits = RelayLimits()
+    announce_addrs: tuple[str, ...] = ()  # advertise these instead of the listen addresses (port forwarding)
+    quic: bool = False  # also listen on QUIC (udp, same port number when port != 0): see docs/benchmarks.md
 
     def __post_init__(self) -> None:
         if not isinstance(self.seed, (bytes, bytearray)) or len(self.seed) != 32:

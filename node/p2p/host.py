@@ -20,11 +20,13 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
+from .autorelay import RelayRefused, dial_via_relay
 from .build import Parts, build
 from .config import DialError, HostConfig, MessageTooLarge, RequestError
 from .events import PeerEventFn, PeerEvents
 from .budget import RequestSlots
 from .guard import guard_all_handlers, guard_stream_handler
+from .nat import Nat, open_nat
 from .ratelimit import TokenBucket
 from .reqresp import RequestHandlerFn, make_request_handler, send_request
 from .stats import HostStats
@@ -60,6 +62,12 @@ class Host:
         self._known_fn: Callable[[], Iterable[str]] = lambda: ()
         self._dialed: dict[str, None] = {}  # peers we dialed, oldest first (bounded: _DIALED_KEEP)
         parts.conn_guard.set_known(self.is_known)
+        self.nat: Nat | None = None  # set by open_host when config.nat
+
+    @property
+    def lhost(self) -> Any:
+        """The py-libp2p host, for the adapter's own modules (nat.py and its parts)."""
+        return self._host
 
     # ---- addresses and connections -------------------------------------------------------------
 
@@ -67,6 +75,8 @@ class Host:
         return [str(a) for a in self._host.get_addrs()]
 
     async def connect(self, multiaddr: str, timeout: float = 5.0) -> str:
+        if "/p2p-circuit" in multiaddr:
+            return await self._connect_relayed(multiaddr, timeout)
         try:
             info = info_from_p2p_addr(Multiaddr(multiaddr))
         except Exception as exc:
@@ -86,6 +96,78 @@ class Host:
         if len(self._dialed) > _DIALED_KEEP:
             del self._dialed[next(iter(self._dialed))]
         return peer
+
+    async def _connect_relayed(self, multiaddr: str, timeout: float) -> str:
+        """Through a relay (autorelay.dial_via_relay); DCUtR then tries to make it direct."""
+        try:
+            peer = multiaddr.rsplit("/p2p/", 1)[1]
+            ID.from_base58(peer)
+        except Exception as exc:
+            raise DialError(f"bad circuit address {multiaddr!r} (need .../p2p-circuit/p2p/<peer id>)") from exc
+        if peer == self.peer_id:
+            raise DialError(f"refusing to dial our own peer id via {multiaddr}")
+        if self.connected(peer):
+            return peer
+        try:
+            await dial_via_relay(self._host, multiaddr, timeout=max(timeout, 10.0))
+        except RelayRefused as exc:
+            self.stats.relay[f"client_dial_refused_{exc.reason}"] += 1
+            raise DialError(f"relay refused the circuit to {peer}: {exc.reason}") from None
+        except trio.TooSlowError:
+            raise DialError(f"timed out dialing {multiaddr}") from None
+        except Exception as exc:
+            raise DialError(f"could not connect through relay {multiaddr}: {_describe(exc)}") from exc
+        self.stats.relay["client_circuits_dialed"] += 1
+        self._dialed.pop(peer, None)
+        self._dialed[peer] = None
+        return peer
+
+    def connected(self, peer_id: str) -> bool:
+        try:
+            return bool(self._host.get_network().get_connections(ID.from_base58(peer_id)))
+        except Exception:
+            return False
+
+    def relayed_only(self, peer_id: str) -> bool:
+        """True when every connection to the peer goes through a relay."""
+        try:
+            conns = self._host.get_network().get_connections(ID.from_base58(peer_id))
+        except Exception:
+            return False
+        return bool(conns) and all(any("/p2p-circuit" in str(a) for a in (c.get_transport_addresses() or []))
+                                   for c in conns)
+
+    def offers(self, peer_id: str, protocol: str, unknown: bool = False) -> bool:
+        """Whether identify says the peer speaks ``protocol`` (``unknown`` when identify has not said)."""
+        try:
+            protocols = self._host.get_peerstore().get_protocols(ID.from_base58(peer_id))
+        except Exception:
+            return unknown
+        return protocol in protocols if protocols else unknown
+
+    def direct_addrs(self, peer_id: str) -> list[str]:
+        """A peer's known addresses that are not circuits, as .../p2p/<peer id>."""
+        return [a for a in self.peer_addrs(peer_id) if "/p2p-circuit" not in a and "/0.0.0.0/" not in a]
+
+    def direct_listen_addrs(self) -> list[str]:
+        return [a for a in self.listen_addrs() if "/p2p-circuit" not in a]
+
+    def advertised_addrs(self) -> list[str]:
+        """What to tell other peers: a private node's circuit addresses first (its own are not dialable
+        from outside; DCUtR upgrades a circuit once connected), then its own."""
+        direct = self.direct_listen_addrs()
+        if self.nat is None or self.nat.reach.status != "private":
+            return direct
+        return self.nat.autorelay.circuit_addrs() + direct
+
+    def on_addrs_changed(self, fn: Callable[[list[str]], None]) -> None:
+        """fn(advertised_addrs()) when reachability or the relay reservations change them."""
+        if self.nat is not None:
+            self.nat.on_addrs_changed(fn)
+
+    def reachability(self) -> dict[str, Any]:
+        """For `status --json`: reachability, its evidence, relays, relay service, hole punching."""
+        return {"status": "disabled"} if self.nat is None else self.nat.snapshot()
 
     async def disconnect(self, peer_id: str) -> None:
         try:
@@ -316,9 +398,13 @@ async def open_host(config: HostConfig) -> AsyncIterator[Host]:
     guard_all_handlers(parts.host, stats)  # identify, ping, pubsub: everything registered so far
     try:
         async with background_trio_service(parts.pubsub), background_trio_service(parts.router):
-            async with parts.host.run(listen_addrs=[parts.listen_addr]):
+            async with parts.host.run(listen_addrs=parts.listen_addrs):
                 try:
-                    yield host
+                    if config.nat:
+                        async with open_nat(host, parts) as host.nat:
+                            yield host
+                    else:
+                        yield host
                 finally:
                     await _close_connections(parts.host)
     except BaseExceptionGroup as group:

@@ -30,6 +30,8 @@ class HostStats:
     penalties: Counter[str] = field(default_factory=Counter)  # abuse reason -> charges (budget.PenaltyBox)
     blocked: Counter[str] = field(default_factory=Counter)  # reason -> peers blocked for it
     connections_refused: Counter[str] = field(default_factory=Counter)  # reason -> inbound sockets refused
+    relay: Counter[str] = field(default_factory=Counter)  # relay service and client events (relay.py, autorelay.py)
+    holepunch: Counter[str] = field(default_factory=Counter)  # DCUtR attempts, successes, refusals (holepunch.py)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-friendly copy for status endpoints."""
@@ -52,4 +54,6 @@ class HostStats:
             "penalties": dict(self.penalties),
             "blocked": dict(self.blocked),
             "connections_refused": dict(self.connections_refused),
+            "relay": dict(self.relay),
+            "holepunch": dict(self.holepunch),
         }
