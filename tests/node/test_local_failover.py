@@ -113,7 +113,8 @@ def test_killed_trainer_is_replaced_by_its_standby_and_returns_as_one(tmp_path):
         takeover = takeover[0]
         print(f"kill -> takeover {takeover['ts'] - killed_at:.2f} s (bound {TAKEOVER_AFTER + period:.2f}), -> first "
               f"version {first['ts'] - killed_at:.2f} s (bound {TAKEOVER_AFTER + COLD_STEP * period:.2f}); period "
-              f"{period:.2f} s; last version {killed_at - before[-1]['ts']:.2f} s before the kill")
+              f"{period:.2f} s; last version {killed_at - before[-1]['ts']:.2f} s before the kill; {len(jobs)} "
+              f"processes under the killed node, all gone")
         assert takeover["silent"] >= TAKEOVER_AFTER and (takeover["term"], takeover["rank"]) == (1, 1)
         # the standby decides within takeover_after + one version period of the kill; its first version
         # takes longer than a period of the active trainer's: the standby checked none of the batches it
