@@ -109,7 +109,7 @@ def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Pat
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"swarm-node local exited early ({proc.returncode}); see {base / f'{name}-local.log'}")
+                raise RuntimeError(f"swarm-node local exited early ({proc.returncode}); see {log.name}")
             versions = takeover.chain(trainer_dirs)
             if t0 is None:
                 if versions:

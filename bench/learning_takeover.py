@@ -66,7 +66,8 @@ def takeover_facts(trainer_dirs: list[Path], t0: float, killed_at: float, versio
         "killed_at_s": rel(killed_at), "takeover_after_s": waits[0] if waits else None,
         "last_version_before_kill": last_old["version"] if last_old else None,
         "takeovers": [{"at_s": rel(r["ts"]), "after_kill_s": round(r["ts"] - killed_at, 1), "term": r["term"],
-                       "rank": r["rank"], "from_version": r["from_version"], "silent_s": r["silent"]} for r in takeovers],
+                       "rank": r["rank"], "from_version": r["from_version"], "silent_s": r["silent"]}
+                      for r in takeovers],
         "first_version_after": first_new["version"] if first_new else None,
         "first_version_after_kill_s": round(first_new["ts"] - killed_at, 1) if first_new else None,
         # training stopped from the killed trainer's last version to the new trainer's first
