@@ -420,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                          "than --peers twice, undisturbed and with the active trainer SIGKILLed SECONDS after "
                          "version 0, and compare their times to 0.85 (target: at most 1.2x)")
     args = ap.parse_args(argv)
-    if args.kill_trainer_at is not None and (args.control or args.kill_trainer_at <= 0):
-        ap.error("--kill-trainer-at takes a positive number of seconds and no --control")
+    if args.kill_trainer_at is not None and (args.control or not 0 < args.kill_trainer_at < args.budget):
+        ap.error("--kill-trainer-at takes seconds between 0 and --budget, and no --control")
     base = args.base_dir or ROOT / "runs" / "bench-learning" / time.strftime("%Y%m%d-%H%M%S")
     if base.exists():
         raise SystemExit(f"{base} exists; pass a new --base-dir")
