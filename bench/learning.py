@@ -30,8 +30,16 @@ that never reached 0.85 in its budget). Load averages are recorded: the machine 
 assignment and sampling keyed by another task id) and reports the same pointwise gap between the
 two single runs: two runs of one algorithm with no swarm involved, the floor under the 0.05 target.
 
+`--kill-trainer-at SECONDS` (issue 19) replaces the single-process comparison: the swarm runs twice
+with one standby trainer more than `--peers` (`local --trainers 2`: peer0 active, peer1 standby), first
+undisturbed, then with peer0's node SIGKILLed SECONDS after version 0 (its job process dies with it).
+The second run reuses the first's peer identities and task record, so both train the same task id from
+the same version 0. The versions after the takeover are read from the standby's records and blob
+store. It reports both runs' time to 0.85 greedy and their ratio (target: at most 1.2x), the
+takeover (when, from which version, the training gap, versions lost) and each run's usual fields.
+
 Run: `python bench/learning.py --budget 600 [--control] [--out FILE]` (about 2 x budget + 2 min, one
-budget more with --control).
+budget more with --control); `--kill-trainer-at S` takes about the same.
 Progress goes to stderr, the JSON to stdout (and FILE).
 """
 
@@ -53,6 +61,7 @@ os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import learning_takeover as takeover  # noqa: E402
 from node.records import read_records  # noqa: E402
 from node.taskfile import EXAMPLE  # noqa: E402
 
@@ -70,53 +79,77 @@ def load() -> list[float]:
 
 # ------------------------------------------------------------------------------------------ swarm
 
-def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Path, start_timeout: float) -> dict:
-    """Run `swarm-node local`, copy version weights on the checkpoint schedule, stop it with SIGINT."""
-    copies = base / "swarm-weights"
+def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Path, start_timeout: float,
+              name: str = "swarm", trainers: int = 1, kill_at: float | None = None,
+              same_peers_as: Path | None = None) -> dict:
+    """Run `swarm-node local`, copy version weights on the checkpoint schedule, stop it with SIGINT.
+
+    `trainers` > 1: peers 1..K-1 are standby trainers. `kill_at`: SIGKILL the active trainer's node
+    (peer0) that many seconds after version 0; the chain goes on in a standby's records. `same_peers_as`
+    (an earlier run's dir): the peers take its identities and its task record, so the task id, the
+    base policy (version 0 is seeded by the task id) and the prompt draws are the same."""
+    run_dir = base / name
+    copies = base / f"{name}-weights"
     copies.mkdir(parents=True)
-    trainer = base / "swarm" / "peer0"
-    log = open(base / "swarm-local.log", "w")
-    cmd = [sys.executable, "-m", "node.cli", "local", "--peers", str(peers), "--base-dir", str(base / "swarm"),
-           "--task", str(task_file)]
-    say(f"swarm: {' '.join(cmd[1:])}")
+    trainer_dirs = [run_dir / f"peer{i}" for i in range(trainers)]
+    if same_peers_as is not None:
+        takeover.reuse_peers(same_peers_as, run_dir, peers)
+    log = open(base / f"{name}-local.log", "w")
+    cmd = [sys.executable, "-m", "node.cli", "local", "--peers", str(peers), "--trainers", str(trainers),
+           "--base-dir", str(run_dir), "--task", str(task_file)]
+    say(f"{name}: {' '.join(cmd[1:])}")
     # SIGINT back to its default: a shell starting this bench in the background ignores SIGINT, the
     # launcher would inherit that, and Ctrl-C (what stops the run) would do nothing
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             env={**os.environ, **ENV}, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     launched = time.time()
-    t0, checkpoints, copied, missing = None, [], {}, []
-    last_report, stopped_at, exit_code = 0.0, None, None
+    t0, checkpoints, copied, missing, scheduled = None, [], {}, [], 0
+    last_report, stopped_at, exit_code, killed_at, took_over = 0.0, None, None, None, False
     try:
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"swarm-node local exited early ({proc.returncode}); see {base / 'swarm-local.log'}")
-            versions = list(read_records(trainer, "version-published"))
+                raise RuntimeError(f"swarm-node local exited early ({proc.returncode}); see {log.name}")
+            versions = takeover.chain(trainer_dirs)
             if t0 is None:
                 if versions:
                     t0 = versions[0]["ts"]
                     checkpoints = [t0 + budget * k / points for k in range(points + 1)]
-                    say(f"swarm: version 0 published {t0 - launched:.0f} s after launch; training for {budget:.0f} s")
+                    say(f"{name}: version 0 published {t0 - launched:.0f} s after launch; training for {budget:.0f} s")
                 elif time.time() - launched > start_timeout:
-                    raise RuntimeError(f"no version 0 within {start_timeout:.0f} s; see {base / 'swarm'}/peer*/node.log")
+                    raise RuntimeError(f"no version 0 within {start_timeout:.0f} s; see {run_dir}/peer*/node.log")
             if t0 is not None:
                 for r in versions:  # the first version at or after each checkpoint time (and the newest)
-                    due = [c for c in checkpoints if c <= r["ts"]]
-                    if due and r["version"] not in copied and (len(copied) < len(due)):
-                        _copy_version(trainer, r, copies, copied, missing)
+                    due = sum(1 for c in checkpoints if c <= r["ts"])
+                    if due > scheduled and r["version"] not in copied:
+                        _copy_version(r["dir"], r, copies, copied, missing)
+                        scheduled += 1
                 now = time.time()
+                if kill_at is not None and killed_at is None and now >= t0 + kill_at:
+                    if versions and versions[-1]["version"] not in copied:  # the curve's last point before
+                        _copy_version(versions[-1]["dir"], versions[-1], copies, copied, missing)
+                    killed_at = takeover.kill_node(trainer_dirs[0])
+                    say(f"{name}: SIGKILLed the active trainer (peer0) at t={killed_at - t0:.0f}s, "
+                        f"version {versions[-1]['version'] if versions else None}")
+                new = next((r for r in versions if r["peer"] != 0), None) if killed_at is not None else None
+                if new is not None and not took_over:  # the curve's first point after: the new trainer's first
+                    if new["version"] not in copied:
+                        _copy_version(new["dir"], new, copies, copied, missing)
+                    took_over = True
+                    say(f"{name}: peer{new['peer']} published version {new['version']} "
+                        f"{new['ts'] - killed_at:.1f} s after the kill")
                 if now - last_report >= 15 and versions:
                     v = versions[-1]
-                    say(f"swarm: t={now - t0:5.0f}s version {v['version']:4d} reward {v.get('reward', 0):.3f} "
+                    say(f"{name}: t={now - t0:5.0f}s version {v['version']:4d} reward {v.get('reward', 0):.3f} "
                         f"completions trained {v.get('completions', 0)} load {load()}")
                     last_report = now
                 if now >= t0 + budget:
                     break
             time.sleep(1.0)
         stopped_at = time.time()
-        versions = list(read_records(trainer, "version-published"))
+        versions = takeover.chain(trainer_dirs)
         if versions and versions[-1]["version"] not in copied:
-            _copy_version(trainer, versions[-1], copies, copied, missing)
+            _copy_version(versions[-1]["dir"], versions[-1], copies, copied, missing)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # what Ctrl-C does: local stops every peer by PID
@@ -127,8 +160,11 @@ def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Pat
                 exit_code = proc.wait()
         log.close()
     stop_s = round(time.time() - stopped_at, 1)
-    say(f"swarm: stopped with SIGINT in {stop_s} s (exit {exit_code})")
-    return _swarm_facts(base, peers, t0, versions, copied, missing, exit_code, stop_s)
+    say(f"{name}: stopped with SIGINT in {stop_s} s (exit {exit_code})")
+    facts = _swarm_facts(run_dir, peers, trainers, t0, versions, copied, missing, exit_code, stop_s)
+    if killed_at is not None:
+        facts["takeover"] = takeover.takeover_facts(trainer_dirs, t0, killed_at, versions)
+    return facts
 
 
 def _copy_version(trainer: Path, record: dict, copies: Path, copied: dict, missing: list) -> None:
@@ -143,30 +179,31 @@ def _copy_version(trainer: Path, record: dict, copies: Path, copied: dict, missi
     copied[record["version"]] = dst
 
 
-def _swarm_facts(base: Path, peers: int, t0: float, versions: list[dict], copied: dict, missing: list,
-                 exit_code, stop_s: float) -> dict:
+def _swarm_facts(run_dir: Path, peers: int, trainers: int, t0: float, versions: list[dict], copied: dict,
+                 missing: list, exit_code, stop_s: float) -> dict:
     table = tomllib.loads(EXAMPLE.read_text())["task"]
     params = table.get("params", {})
     per_commit = int(params.get("prompts_per_commit", 4)) * int(params.get("group_size", 16))
-    commits = sorted(r["ts"] for i in range(1, peers) for r in read_records(base / "swarm" / f"peer{i}",
-                                                                              "rollouts-committed"))
-    trainer = base / "swarm" / "peer0"
+    commits = sorted(r["ts"] for i in range(trainers, peers) for r in read_records(run_dir / f"peer{i}",
+                                                                                     "rollouts-committed"))
+    trainer_dirs = [run_dir / f"peer{i}" for i in range(trainers)]
     dropped: dict[str, int] = {}
-    for r in read_records(trainer, "rollout-dropped"):
+    for r in (r for d in trainer_dirs for r in read_records(d, "rollout-dropped")):
         dropped[r.get("reason", "?")] = dropped.get(r.get("reason", "?"), 0) + 1
     failed: dict[str, int] = {}
     bans = []  # every peer here is honest: any ban is a false accusation (and costs the swarm a worker)
     for i in range(peers):
-        for r in read_records(base / "swarm" / f"peer{i}", "job-failed"):
+        for r in read_records(run_dir / f"peer{i}", "job-failed"):
             key = f"{r.get('kind')}: {str(r.get('error'))[:80]}"
             failed[key] = failed.get(key, 0) + 1
         bans += [{"by": f"peer{i}", "peer": r.get("peer"), "reason": r.get("reason"), "wall_s": round(r["ts"] - t0, 1)}
-                 for r in read_records(base / "swarm" / f"peer{i}", "peer-banned")]
+                 for r in read_records(run_dir / f"peer{i}", "peer-banned")]
     by_version = {r["version"]: r for r in versions}
     points = []
     for version, path in sorted(copied.items()):
         r = by_version[version]
         points.append({"version": version, "wall_s": round(r["ts"] - t0, 1), "weights": path,
+                       "weights_hash": r.get("weights"), "published_by": f"peer{r['peer']}",
                        "completions_trained": int(r.get("completions", 0)),
                        "completions_sampled": per_commit * sum(1 for ts in commits if ts <= r["ts"]),
                        "reward": r.get("reward")})
@@ -177,7 +214,7 @@ def _swarm_facts(base: Path, peers: int, t0: float, versions: list[dict], copied
         "points": points, "versions_published": len(versions), "missing_weights": missing,
         "commitments": len(commits), "completions_sampled": per_commit * len(commits),
         "completions_trained": int(versions[-1].get("completions", 0)) if versions else 0,
-        "rollouts_trained": sum(1 for _ in read_records(trainer, "rollout-trained")),
+        "rollouts_trained": sum(1 for d in trainer_dirs for _ in read_records(d, "rollout-trained")),
         "rollouts_dropped": dropped, "jobs_failed": failed, "honest_peers_banned": bans,
         "trainer_train_s_mean": mean("train_s"), "completions_used_mean": mean("completions_used"),
         "seconds_per_version": round((end - t0) / max(1, len(steps)), 2) if steps else None,
@@ -323,14 +360,49 @@ def verdicts(swarm: dict, single: dict) -> dict:
 
 def _drop_bulk(base: Path) -> None:
     """Weights copies, blobs and shards are only needed until the checkpoints are scored."""
-    for path in [base / "swarm-weights", *(base / "swarm").glob("peer*/blobs"), *(base / "swarm").glob("peer*/shards")]:
+    for path in [*base.glob("*-weights"), *base.glob("*/peer*/blobs"), *base.glob("*/peer*/shards")]:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def run_takeover_pair(args, base: Path, out: dict) -> dict:
+    """--kill-trainer-at: the same swarm twice, with one standby trainer more than --peers (peer1);
+    undisturbed, then with the active trainer SIGKILLed partway. The second run reuses the first's
+    peers and task (so the same version 0); both are scored like the swarm run above."""
+    peers = args.peers + 1
+    calm = run_swarm(base, peers, args.budget, args.points, EXAMPLE, args.start_timeout, name="swarm", trainers=2)
+    out["load_after_swarm"] = load()
+    hit = run_swarm(base, peers, args.budget, args.points, EXAMPLE, args.start_timeout, name="takeover",
+                    trainers=2, kill_at=args.kill_trainer_at, same_peers_as=base / "swarm")
+    out["load_after_takeover"] = load()
+    say("scoring every checkpoint on held-out prompts")
+    evaluate_points("swarm", calm["points"], args.eval_prompts, args.single_threads)
+    evaluate_points("takeover", hit["points"], args.eval_prompts, args.single_threads)
+    out["load_end"] = load()
+    base_weights = [run["points"][0]["weights_hash"] if run["points"] else None for run in (calm, hit)]
+    out["peers"], out["trainers"], out["kill_trainer_at_s"] = peers, 2, args.kill_trainer_at
+    out["swarm"], out["takeover"] = calm, hit
+    t_calm, t_hit = (first_reaching(run["points"], TARGETS["swarm_greedy"]) for run in (calm, hit))
+    kill_s = hit.get("takeover", {}).get("killed_at_s")
+    before = [p for p in hit["points"] if kill_s is not None and p["wall_s"] <= kill_s and p.get("greedy") is not None]
+    after = [p for p in hit["points"] if kill_s is not None and p["wall_s"] > kill_s and p.get("greedy") is not None]
+    out["targets"] = {
+        "time_to_085": takeover.pair_verdict(t_calm["wall_s"] if t_calm else None, t_hit["wall_s"] if t_hit else None),
+        "same_base_policy": base_weights[0] is not None and base_weights[0] == base_weights[1],
+        "base_greedy": [run["points"][0].get("greedy") if run["points"] else None for run in (calm, hit)],
+        "best_greedy": [max((p["greedy"] for p in run["points"] if p.get("greedy") is not None), default=None)
+                        for run in (calm, hit)],
+        # the curve goes on: the new trainer's first scored version next to the killed one's last
+        "greedy_last_before_kill": before[-1]["greedy"] if before else None,
+        "greedy_first_after_takeover": after[0]["greedy"] if after else None,
+    }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--budget", type=float, default=600.0, help="seconds of RL per run (default 600)")
-    ap.add_argument("--peers", type=int, default=4, help="swarm peers: 1 trainer + N-1 workers (default 4)")
+    ap.add_argument("--peers", type=int, default=4, help="swarm peers: 1 trainer + N-1 workers (default 4; "
+                                                          "--kill-trainer-at adds a standby trainer)")
     ap.add_argument("--points", type=int, default=20, help="evaluated checkpoints per run (default 20)")
     ap.add_argument("--eval-prompts", type=int, default=256, help="held-out prompts per evaluation")
     ap.add_argument("--single-threads", type=int, default=2, help="torch threads of the single run")
@@ -343,7 +415,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep-data", action="store_true",
                     help="keep the weights copies and the peers' blobs and shards (about 1 GB); by default "
                          "only logs and records stay in the base dir")
+    ap.add_argument("--kill-trainer-at", type=float, metavar="SECONDS",
+                    help="instead of the single-process comparison: run the swarm with one standby trainer more "
+                         "than --peers twice, undisturbed and with the active trainer SIGKILLed SECONDS after "
+                         "version 0, and compare their times to 0.85 (target: at most 1.2x)")
     args = ap.parse_args(argv)
+    if args.kill_trainer_at is not None and (args.control or not 0 < args.kill_trainer_at < args.budget):
+        ap.error("--kill-trainer-at takes seconds between 0 and --budget, and no --control")
     base = args.base_dir or ROOT / "runs" / "bench-learning" / time.strftime("%Y%m%d-%H%M%S")
     if base.exists():
         raise SystemExit(f"{base} exists; pass a new --base-dir")
@@ -352,6 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {"bench": "learning", "budget_s": args.budget, "peers": args.peers, "eval_prompts": args.eval_prompts,
            "task": str(EXAMPLE.relative_to(ROOT)), "cpus": os.cpu_count(), "load_start": load(),
            "base_dir": str(base)}
+    if args.kill_trainer_at is not None:
+        return _finish(run_takeover_pair(args, base, out), args, base, started)
     swarm = run_swarm(base, args.peers, args.budget, args.points, EXAMPLE, args.start_timeout)
     out["load_after_swarm"] = load()
     if not swarm["points"] or swarm["points"][0]["version"] != 0 or swarm["points"][0]["weights"] is None:
@@ -385,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
         if out["targets"]["swarm_best_greedy"]["value"] is not None and out["targets"]["single_best_greedy"] is not None
         else None,
     }
+    return _finish(out, args, base, started)
+
+
+def _finish(out: dict, args, base: Path, started: float) -> int:
     out["elapsed_s"] = round(time.time() - started, 1)
     if not args.keep_data:
         _drop_bulk(base)

@@ -1,4 +1,5 @@
-"""A peer's durable record of what it did that matters later: versions, trained rollouts, bans.
+"""A peer's durable record of what it did that matters later: versions, trained rollouts, bans,
+trainer takeovers (when a standby took over, from which version; a trainer standing by or stepping down).
 
 `swarm-node local` summaries and audits ("zero rollouts of a banned peer were trained on") read
 this file, not the logs. JSON lines in `<data-dir>/records.jsonl`; rotated to `.1` past `max_bytes`
@@ -14,7 +15,8 @@ from typing import Any, Iterator
 
 RECORDED = frozenset({"version-published", "rollout-trained", "rollout-dropped", "version-installed",
                       "rollouts-committed", "peer-banned", "job-failed", "task-learned", "shards-complete",
-                      "shard-rejected", "version-mirrored"})
+                      "shard-rejected", "version-mirrored", "trainer-standby", "trainer-takeover",
+                      "trainer-stepped-down"})
 FILE = "records.jsonl"
 
 
