@@ -38,6 +38,8 @@ class TaskParams(Settings):
                                          "before a standby takes over; None: 3 x republish_interval")
     state_every: int = Field(20, gt=0, description="versions between the active trainer's checkpoints "
                                                    "(tasks with several trainers)")
+    standby_checks: StrictBool = Field(False, description="standby trainers check rollout batches as they come "
+                                                          "(verdicts published), so a takeover starts warm")
     max_batches_per_version: int = Field(256, gt=0, description="a worker's batches for one version, at most")
     validate_fraction: float = Field(1.0, ge=0, le=1, description="share of commitments a validator checks")
     # ---- read by the trainer's jobs (None: the trainer's default)

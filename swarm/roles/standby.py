@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from swarm.forkchoice import chain_key
 from swarm.io import Emit
-from swarm.roles import trainerstate
+from swarm.roles import checking, trainerstate
+from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
 
 MIN_RECHECK = 1.0
+MAX_PENDING = 256  # commitments a standby holds in checks (the active trainer's bound too)
 
 
 def timer_name(task_id: str) -> str:
@@ -75,6 +77,28 @@ def check(ctx, role, now: float, state, task_keys: tuple[bytes, ...]) -> list:
         ctx.timer(timer_name(state.spec.task_id), now + max(MIN_RECHECK, left))
         return []
     return take_over(ctx, role, now, state)
+
+
+def on_commitment(ctx, role, now: float, state, signed, signer: str) -> list:
+    """A commitment heard while standing by: kept to train on if we take over. With the task's
+    `standby_checks`, one of the followed chain's versions is fetched and checked now, like the active
+    trainer checks (verdicts published), until one step's worth has passed: a takeover's first step then
+    starts at once, with a job process that has the model loaded. Never refused here: the active trainer
+    judges it."""
+    msg = signed.message
+    policy = state.policy
+    if state.params.standby_checks and msg.policy_term == policy.term and msg.policy_version in policy.held \
+            and msg.samples_per_prompt == state.params.group_size and signed.msg_id not in state.pending:
+        for cid, p in list(state.pending.items()):  # what a takeover could no longer train on
+            if p.commitment.policy_version not in policy.held and not p.verifying:
+                del state.pending[cid]
+        if len(state.pending) < MAX_PENDING:
+            check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
+            effects = checking.fetch_blob(ctx, role, now, check)
+            checking.arm_retry(ctx, state.pending.values(), f"trainer:{msg.task_id}:blobs")
+            return effects
+    state.heard.append((signed, signer))
+    return []
 
 
 def take_over(ctx, role, now: float, state) -> list:

@@ -116,9 +116,8 @@ class TrainerRole(Role):
             return effects + ([] if state.active else state.policy.on_manifest(self.ctx, self, now, msg, signer))
         if not isinstance(msg, RolloutCommitment) or state is None:
             return []
-        if not state.active:
-            state.heard.append((signed, signer))  # trained on if we take over
-            return []
+        if not state.active:  # remembered (and with standby_checks, checked) to train on if we take over
+            return standby.on_commitment(self.ctx, self, now, state, signed, signer)
         if state.version < 0:
             return []
         if msg.policy_version > state.version:
@@ -173,7 +172,8 @@ class TrainerRole(Role):
             if not waiting:
                 break
             check = min(waiting, key=lambda p: (-p.commitment.policy_version, state.checked.get(p.worker, 0)))
-            weights = state.weights_by_version.get(check.commitment.policy_version)
+            held = state.weights_by_version if state.active else state.policy.held  # a standby's checks
+            weights = held.get(check.commitment.policy_version)
             if weights is None:  # older than anything we kept: cannot be checked, so not trained on
                 del state.pending[check.commitment_id]
                 state.dropped += 1
@@ -400,10 +400,10 @@ class TrainerRole(Role):
             return standby.resume(self.ctx, self, now, state)
         if what == "refetch" and not state.active:
             return state.policy.fetch_latest(self.ctx, self, now)
+        if what == "blobs":  # a standby's checks too
+            return checking.retry_blobs(self.ctx, self, now, state.pending.values(), name)
         if not state.active:
             return []
-        if what == "blobs":
-            return checking.retry_blobs(self.ctx, self, now, state.pending.values(), name)
         if what == jobs.INIT and state.version < 0 and not state.busy:
             state.busy = True
             payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task_id) & 0x7FFFFFFF)
@@ -423,8 +423,7 @@ class TrainerRole(Role):
         return effects + self._maybe_train(now, state)
 
     def snapshot(self) -> dict:
-        return {task_id: {"version": s.version, "training": s.busy, "active": s.active, "term": s.term,
-                          "rank": s.rank,
+        return {task_id: {"version": s.version, "training": s.busy, "active": s.active, "term": s.term, "rank": s.rank,
                           "ready": sum(1 for p in s.pending.values() if p.result is not None),
                           "checking": sum(1 for p in s.pending.values() if p.result is None),
                           "rejected": s.rejected,

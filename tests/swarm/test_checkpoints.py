@@ -136,3 +136,24 @@ def test_bad_checkpoints_are_refused_with_their_own_reason(net):
     out = net.inject(standby.peer_id, topics.task_topic(task_id, "weights"), mismatched, trainers[0].peer_id)
     assert [e.reason for e in out if type(e).__name__ == "MessageVerdict"] == [errors.CHECKPOINT_MISMATCH]
     assert standby.ledger.get(trainers[0].peer_id).rejected[errors.CHECKPOINT_MISMATCH] == 1
+
+
+def test_with_standby_checks_a_standby_checks_batches_and_its_first_step_starts_at_takeover():
+    JOBS_SEEN.clear()
+    net, trainers, workers, task_id = swarm(params={**PARAMS, "state_every": STATE_EVERY, "standby_checks": True})
+    net.jobs = state_jobs
+    net.run_for(40)
+    verifies = [(p, j.payload.blob) for p, j in net.jobs_run if j.kind == jobs.VERIFY]
+    for standby in trainers[1:]:  # checked while standing by, a step's worth at a time
+        assert any(p == standby.peer_id for p, _ in verifies)
+        assert not [f for p, f in net.events_named("version-published") if p == standby.peer_id]
+    verdicts = {p for p, f in net.events_named("verdict")}
+    assert trainers[1].peer_id in verdicts
+    net.stop(trainers[0].peer_id)
+    net.run_for(40)
+    [(who, takeover)] = [(p, f) for p, f in net.events_named("trainer-takeover")]
+    at = next(t for t, (p, e) in zip(net.events.times, net.events) if e.event == "trainer-takeover")
+    first_train = next(t for t, (p, e) in zip(net.events.times, net.events)
+                       if p == who and e.event == "version-published" and t > at)
+    # no fetch or check stands between the takeover and the first step: one job's time
+    assert first_train - at <= 2 * net.job_seconds + 0.5, first_train - at
