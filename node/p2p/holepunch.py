@@ -10,6 +10,13 @@ verified, then closes after a grace period. What is replaced here, and why:
   number of sessions from one peer and logs garbage at ERROR; here a session is read within
   ``read_timeout``, at most one per peer per ``min_interval`` and ``max_sessions`` at once,
   only from a peer we reach through a relay, and garbage costs penalty points;
+- the addresses we send (``_get_observed_addrs``): the library predicts "NAT's IP : our listen port"
+  from identify's observed addresses, which our host does not collect (build.py turns identify's
+  address discovery off), so it sent only our private listen address, which nobody behind another
+  NAT can dial (found in the network lab: every hole punch failed). Here the NAT's IP comes from
+  dial-back (reach.Reachability.external_ips, agreed by several servers), with each TCP listen port:
+  hole punch dials leave from the listen port, and a NAT that keeps ports (Linux masquerade does
+  where it can) maps it to the same port outside. Our listen addresses follow (same LAN);
 - the addresses a peer sends (``_decode_observed_addrs``): the library accepts any multiaddr and
   dials them all, three rounds each. A peer on a relayed link could point our dials at any host. Here
   at most ``max_addrs`` IP addresses with a TCP (or QUIC) port are kept, never unspecified,
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -56,7 +64,8 @@ def dialable(addr: Multiaddr) -> bool:
 
 class GuardedDCUtR(DCUtRProtocol):
     def __init__(self, host: Any, stats: HostStats, penalties: PenaltyBox, *, read_timeout: float = 5.0,
-                 min_interval: float = 10.0, max_sessions: int = 4, max_addrs: int = 8) -> None:
+                 min_interval: float = 10.0, max_sessions: int = 4, max_addrs: int = 8,
+                 external_ips: Callable[[], list[str]] = lambda: []) -> None:
         super().__init__(host, read_timeout=int(read_timeout), write_timeout=int(read_timeout),
                          dial_timeout=int(read_timeout))
         self._stats = stats
@@ -66,6 +75,7 @@ class GuardedDCUtR(DCUtRProtocol):
         self.max_addrs = max_addrs
         self._last_session: dict[ID, float] = {}
         self._sessions = 0
+        self._external_ips = external_ips
         self.auto_drive = True  # tests turn it off to run one exchange by hand
 
     async def _auto_drive_loop(self) -> None:
@@ -83,6 +93,24 @@ class GuardedDCUtR(DCUtRProtocol):
                 if conns and all(any("/p2p-circuit" in str(a) for a in (c.get_transport_addresses() or []))
                                  for c in conns):
                     await self.initiate_hole_punch(peer_id)
+
+    # ---- what we tell a peer to dial ----------------------------------------------------------------
+
+    async def _get_observed_addrs(self) -> list[bytes]:
+        listen = []
+        for addr in self.host.get_addrs():
+            text = str(addr).split("/p2p/")[0]
+            if "/p2p-circuit" not in text and text not in listen:
+                listen.append(text)
+        predicted = []
+        for ip in self._external_ips():
+            family = "ip6" if ":" in ip else "ip4"
+            for text in listen:
+                parts = text.split("/")
+                if "tcp" in parts and parts[1] == family:
+                    predicted.append(f"/{family}/{ip}/tcp/{parts[parts.index('tcp') + 1]}")
+        out = list(dict.fromkeys(predicted + listen))[: self.max_addrs]
+        return [Multiaddr(a).to_bytes() for a in out]
 
     # ---- what a peer may make us dial ----------------------------------------------------------------
 

@@ -83,14 +83,17 @@ class Host:
             raise DialError(f"bad multiaddr {multiaddr!r} (need .../p2p/<peer id>): {exc}") from exc
         if info.peer_id == self._self_id:
             raise DialError(f"refusing to dial our own peer id via {multiaddr}")
+        peer = str(info.peer_id)
         try:
             with trio.fail_after(timeout):
                 await self._host.connect(info)
         except trio.TooSlowError:
+            self._dial_failed(peer)
             raise DialError(f"timed out after {timeout}s dialing {multiaddr}") from None
         except Exception as exc:  # SwarmException, OpenConnectionError, ExceptionGroup of those, ...
+            self._dial_failed(peer)
             raise DialError(f"could not connect to {multiaddr}: {_describe(exc)}") from exc
-        peer = str(info.peer_id)
+        self.stats.dials["ok"] += 1
         self._dialed.pop(peer, None)
         self._dialed[peer] = None
         if len(self._dialed) > _DIALED_KEEP:
@@ -112,15 +115,23 @@ class Host:
             await dial_via_relay(self._host, multiaddr, timeout=max(timeout, 10.0))
         except RelayRefused as exc:
             self.stats.relay[f"client_dial_refused_{exc.reason}"] += 1
+            self._dial_failed(peer, "relayed_failed")
             raise DialError(f"relay refused the circuit to {peer}: {exc.reason}") from None
         except trio.TooSlowError:
+            self._dial_failed(peer, "relayed_failed")
             raise DialError(f"timed out dialing {multiaddr}") from None
         except Exception as exc:
+            self._dial_failed(peer, "relayed_failed")
             raise DialError(f"could not connect through relay {multiaddr}: {_describe(exc)}") from exc
         self.stats.relay["client_circuits_dialed"] += 1
+        self.stats.dials["relayed_ok"] += 1
         self._dialed.pop(peer, None)
         self._dialed[peer] = None
         return peer
+
+    def _dial_failed(self, peer: str, kind: str = "failed") -> None:
+        self.stats.dials[kind] += 1
+        self.stats.dial_failed(peer)
 
     def connected(self, peer_id: str) -> bool:
         try:

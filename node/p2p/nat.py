@@ -35,7 +35,7 @@ class Nat:
         self.reach = Reachability(config.reach)
         self.relay = GuardedRelay(parts.host, config.relay_limits, host.stats, parts.penalties,
                                   hop=config.relay_service)
-        self.dcutr = GuardedDCUtR(parts.host, host.stats, parts.penalties)
+        self.dcutr = GuardedDCUtR(parts.host, host.stats, parts.penalties, external_ips=self.reach.external_ips)
         self.autorelay = AutoRelay(host, host.stats, lambda: self.reach.status == "private")
         self.relay.accept_stop_from = self.autorelay.holds
         self.server = DialBackServer(parts.host, config.reach, host.stats, parts.penalties)

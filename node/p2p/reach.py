@@ -18,13 +18,17 @@ dial bounded by ``dial_timeout``, ``max_concurrent`` at once for all peers; neve
 
 Client: every ``interval`` (sooner while unknown) ask up to ``ask`` direct peers; the last answer of
 each of the ``keep`` most recent servers counts. Public when ``need`` servers reached us, private
-when ``need`` failed and fewer succeeded, else unknown.
+when ``need`` failed and fewer succeeded, else unknown. The IP each server saw us at (sent with
+failures too) is kept the same way: an IP that ``need`` servers agree on is our NAT's public IP,
+which DCUtR needs (holepunch.py): the host runs with identify's address discovery off (build.py),
+so nothing else tells a NATed node where it can be reached.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -183,6 +187,7 @@ class Reachability:
         self.config = config
         self.answers: OrderedDict[str, str] = OrderedDict()  # server -> "ok", "failed" or a refusal
         self.observed = ""
+        self.seen_ips: OrderedDict[str, str] = OrderedDict()  # server -> the IP it saw us at
         self.asked = 0
         self.errors = 0
 
@@ -202,12 +207,30 @@ class Reachability:
         while len(self.answers) > self.config.keep:
             self.answers.popitem(last=False)
 
+    def record_ip(self, server: str, observed: str) -> None:
+        """The IP part of a server's ``observed`` ("/ip4/A/tcp/P" after a dial-back, "A" after a failure)."""
+        text = observed.split("/")[2] if observed.startswith(("/ip4/", "/ip6/")) and observed.count("/") >= 2 else observed
+        try:
+            ip = str(ipaddress.ip_address(text))
+        except ValueError:
+            return
+        self.seen_ips.pop(server, None)
+        self.seen_ips[server] = ip
+        while len(self.seen_ips) > self.config.keep:
+            self.seen_ips.popitem(last=False)
+
+    def external_ips(self) -> list[str]:
+        """IPs that at least ``need`` servers saw us at, most reported first (one lying server cannot
+        point our hole punches elsewhere)."""
+        counts = Counter(self.seen_ips.values())
+        return [ip for ip, n in counts.most_common() if n >= self.config.need]
+
     def snapshot(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
         for verdict in self.answers.values():
             counts[verdict] = counts.get(verdict, 0) + 1
         return {"status": self.status, "evidence": counts, "asked": self.asked, "errors": self.errors,
-                "observed": self.observed}
+                "observed": self.observed, "external_ips": self.external_ips()}
 
     async def run(self, host: Any, on_change: Callable[[str], None]) -> None:
         """Ask ``ask`` direct peers per round, rotating through them; ``on_change(status)`` on a change."""
@@ -237,8 +260,10 @@ class Reachability:
                                                        max_response_bytes=1024), raw=False)
             verdict = "ok" if reply.get("ok") is True else ("failed" if reply.get("reason") == "dial-failed"
                                                               else str(reply.get("reason", "?"))[:32])
-            if verdict == "ok" and isinstance(reply.get("observed"), str):
-                self.observed = reply["observed"][:128]
+            if isinstance(reply.get("observed"), str):
+                if verdict == "ok":
+                    self.observed = reply["observed"][:128]
+                self.record_ip(peer, reply["observed"][:128])
         except Exception as exc:  # RequestError (an old peer without the protocol resets), bad reply
             self.errors += 1
             logger.debug("dial-back request to %s failed: %r", peer, exc)

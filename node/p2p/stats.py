@@ -9,6 +9,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+DIAL_PEERS_KEPT = 256
+
 
 @dataclass
 class HostStats:
@@ -32,6 +34,15 @@ class HostStats:
     connections_refused: Counter[str] = field(default_factory=Counter)  # reason -> inbound sockets refused
     relay: Counter[str] = field(default_factory=Counter)  # relay service and client events (relay.py, autorelay.py)
     holepunch: Counter[str] = field(default_factory=Counter)  # DCUtR attempts, successes, refusals (holepunch.py)
+    dials: Counter[str] = field(default_factory=Counter)  # our outbound dials: ok, failed, relayed_ok, relayed_failed
+    dial_failures: Counter[str] = field(default_factory=Counter)  # peer -> our failed dials to it (bounded)
+
+    def dial_failed(self, peer: str) -> None:
+        """Count a failed dial to ``peer`` (proof that unreachable addresses are retried with backoff,
+        not endlessly); the table keeps the DIAL_PEERS_KEPT peers with the most failures."""
+        self.dial_failures[peer] += 1
+        if len(self.dial_failures) > DIAL_PEERS_KEPT:
+            del self.dial_failures[min(self.dial_failures, key=self.dial_failures.__getitem__)]
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-friendly copy for status endpoints."""
@@ -56,4 +67,6 @@ class HostStats:
             "connections_refused": dict(self.connections_refused),
             "relay": dict(self.relay),
             "holepunch": dict(self.holepunch),
+            "dials": dict(self.dials),
+            "dial_failures": dict(self.dial_failures),
         }
