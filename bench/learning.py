@@ -369,9 +369,10 @@ def run_takeover_pair(args, base: Path, out: dict) -> dict:
     undisturbed, then with the active trainer SIGKILLed partway. The second run reuses the first's
     peers and task (so the same version 0); both are scored like the swarm run above."""
     peers = args.peers + 1
-    calm = run_swarm(base, peers, args.budget, args.points, EXAMPLE, args.start_timeout, name="swarm", trainers=2)
+    task_file = takeover.standby_task(EXAMPLE, base)
+    calm = run_swarm(base, peers, args.budget, args.points, task_file, args.start_timeout, name="swarm", trainers=2)
     out["load_after_swarm"] = load()
-    hit = run_swarm(base, peers, args.budget, args.points, EXAMPLE, args.start_timeout, name="takeover",
+    hit = run_swarm(base, peers, args.budget, args.points, task_file, args.start_timeout, name="takeover",
                     trainers=2, kill_at=args.kill_trainer_at, same_peers_as=base / "swarm")
     out["load_after_takeover"] = load()
     say("scoring every checkpoint on held-out prompts")

@@ -88,3 +88,14 @@ def pair_verdict(calm_s: float | None, takeover_s: float | None) -> dict:
         "not measurable (the undisturbed run never reached 0.85)"
     return {"undisturbed_s": calm_s, "takeover_s": takeover_s, "ratio_takeover_over_undisturbed": ratio,
             "target": TIME_RATIO_TARGET, "result": result}
+
+
+def standby_task(example: Path, base: Path) -> Path:
+    """The example task with `standby_checks` on: the standby checks batches while it stands by, so the
+    takeover starts warm (protocol.md §4.9). Its [task.params] table is the file's last."""
+    text = example.read_text()
+    if not text.rstrip().splitlines()[-1].strip() or "standby_checks" in text:
+        raise SystemExit(f"{example}: cannot add standby_checks to its [task.params]")
+    out = base / "task-standby-checks.toml"
+    out.write_text(text.rstrip() + "\nstandby_checks = true  # bench/learning.py --kill-trainer-at\n")
+    return out

@@ -34,11 +34,11 @@ import os
 import secrets
 import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from node.procs import stop_processes
 from netlab.tools import LabError, ensure_iptables, in_netns, run
 
 PREFIX = "swlab"
@@ -245,22 +245,8 @@ class Lab:
         run(["ip", "-n", ns, *args])
 
 
-def stop_all(procs: list[subprocess.Popen], grace: float = 5.0) -> list[int | None]:
-    """SIGINT each process, wait up to `grace` s in all, SIGKILL the rest (by PID, bounded)."""
-    for proc in procs:
-        if proc.poll() is None:
-            _signal(proc.pid, signal.SIGINT)
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-    return [proc.returncode for proc in procs]
+# One way to stop processes by PID, bounded: node/procs.py's (also what `swarm-node local` uses).
+stop_all = stop_processes
 
 
 def _kill_netns_pids(ns: str) -> None:

@@ -87,7 +87,10 @@ def stop_processes(procs: list[subprocess.Popen], grace: float = 5.0) -> list[in
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.wait(timeout=5)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # stuck in the kernel (uninterruptible): reported, not waited on
+                pass
     for proc in procs:
         if proc.stdout:
             proc.stdout.close()

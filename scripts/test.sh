@@ -11,4 +11,11 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # Several torch processes on 2 cores spin-wait without these (DESIGN.md).
 export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
+# Two pytest workers (SWARM_TEST_WORKERS=0: one process), a test file per worker at a time so module
+# fixtures are built once: most tests are one busy Python thread, and the multi-process ones mostly
+# wait on their peers, so two lanes keep both cores busy. Tests assert on events, not on timing a
+# loaded machine breaks, so they hold with a neighbour running.
+workers=${SWARM_TEST_WORKERS:-2}
+parallel=()
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
+exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "${parallel[@]}" "$@"

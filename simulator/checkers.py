@@ -31,6 +31,7 @@ from typing import Iterable, Iterator
 
 from simulator.check_base import Check, CheckResult, PeerTable
 from simulator.check_chain import OneChain, TrainedOnOwnChain, TrainerState
+from simulator.check_learning import LearningContinues
 from simulator.check_delivery import Delivery
 from simulator.check_metrics import REWARD_WINDOW, Bytes, Training, VersionSpread
 from simulator.check_roles import (AdversariesBanned, HonestNotBanned, NoBadTraining, TasksLearned, TrainingAdvances,
@@ -41,7 +42,7 @@ __all__ = ["CHECKS", "REWARD_WINDOW", "Check", "CheckResult", "Evaluator", "Peer
 
 
 CHECKS = {c.name: c for c in (TasksLearned, HonestNotBanned, VersionsForward, TrainingAdvances, NoBadTraining,
-                              AdversariesBanned, Delivery, OneChain, TrainedOnOwnChain)}
+                              AdversariesBanned, Delivery, OneChain, TrainedOnOwnChain, LearningContinues)}
 
 
 class Evaluator:

@@ -121,7 +121,7 @@ def take_over(ctx, role, now: float, state) -> list:
         effects += ctx.release_shards(now, m.root, policy)
     if state.states.fetching is not None:  # too late for it
         effects += ctx.release_shards(now, state.states.fetching.root, state.states)
-        state.states.fetching = None
+        state.states.fetching = state.states.queued = None
     state.policy = new_follower(state)
     effects.append(Emit("trainer-takeover", {"task_id": state.spec.task_id, "term": state.term, "rank": state.rank,
                                              "from_version": newest, "from_term": old_term,

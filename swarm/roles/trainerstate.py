@@ -23,6 +23,8 @@ from gossip import topics
 from gossip.messages import TensorEntry, TrainerCheckpoint
 from swarm.io import Emit
 
+STUCK_AFTER = 600.0  # seconds after which a standby gives up a checkpoint fetch for a newer checkpoint
+
 
 class Checkpoints:
     """One task's checkpoints as a trainer sees them; also the shard owner of the ones it holds."""
@@ -31,9 +33,12 @@ class Checkpoints:
         self.ctx, self.task_id, self.every = ctx, task_id, every
         self.newest: TrainerCheckpoint | None = None  # complete: published by us, or fetched in full
         self.fetching: TrainerCheckpoint | None = None  # a standby's download in progress
+        self.queued: TrainerCheckpoint | None = None  # the newest heard meanwhile: fetched next
         self.packed_at = -1  # the version whose train job last packed the state (active trainer)
         self.published = self.fetched = self.bytes_published = 0
         self.unannounced = False  # the newest is seeded but its message waits for the version's manifest
+        self.source = ""  # the trainer that signed what we fetch (it holds every piece)
+        self.fetch_started = 0.0
 
     def due(self, version: int, trainers: int) -> bool:
         """Pack the state after training from `version`? Only where a standby could use it."""
@@ -46,8 +51,13 @@ class Checkpoints:
         old, self.fetching, self.newest = self.newest, None, c
         self.fetched += 1
         effects = self.ctx.release_shards(now, old.root, self) if old is not None and old.root != root else []
-        return effects + [Emit("checkpoint-fetched", {"task_id": self.task_id, "version": c.version, "term": c.term,
-                                                      "bytes": c.compressed_size})]
+        effects.append(Emit("checkpoint-fetched", {"task_id": self.task_id, "version": c.version, "term": c.term,
+                                                   "bytes": c.compressed_size}))
+        queued, self.queued = self.queued, None
+        if queued is not None and queued.version > c.version:
+            self.fetching, self.fetch_started = queued, now
+            effects += self.ctx.want_shards(now, queued, self, source=self.source)
+        return effects
 
     def snapshot(self) -> dict:
         c = self.newest
@@ -89,13 +99,16 @@ def announce(ctx, now: float, cps: Checkpoints, again: bool = False) -> list:
 
 def heard(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint, signer: str) -> list:
     """Standby: fetch a checkpoint newer than what it has (the fork choice judged it already)."""
-    have = max((x.version for x in (cps.newest, cps.fetching) if x is not None), default=-1)
+    have = max((x.version for x in (cps.newest, cps.fetching, cps.queued) if x is not None), default=-1)
     if c.version <= have and not _other_chain(cps, c):
+        return []
+    if cps.fetching is not None and not _other_chain(cps, c) and now - cps.fetch_started < STUCK_AFTER:
+        cps.queued = c  # a fetch replaced by every newer checkpoint might never finish: finish it, then this
         return []
     effects = []
     if cps.fetching is not None and cps.fetching.root != c.root:
         effects += ctx.release_shards(now, cps.fetching.root, cps)
-    cps.fetching = c
+    cps.fetching, cps.queued, cps.source, cps.fetch_started = c, None, signer, now
     return effects + ctx.want_shards(now, c, cps, source=signer)
 
 
@@ -111,6 +124,6 @@ def drop_all(ctx, now: float, cps: Checkpoints) -> list:
     for c in (cps.newest, cps.fetching):
         if c is not None:
             effects += ctx.release_shards(now, c.root, cps)
-    cps.newest = cps.fetching = None
+    cps.newest = cps.fetching = cps.queued = None
     cps.packed_at = -1
     return effects

@@ -141,3 +141,31 @@ def test_a_training_gap_past_takeover_plus_two_version_periods_is_caught():
     assert _results(_base() + [start] + steady + [pub(195.0, 14)])["training-advances"].ok  # 45 s <= 30 + 2 x 10
     gap = _results(_base() + [start] + steady[:-1] + [pub(195.0, 13)])["training-advances"]
     assert not gap.ok and gap.violations[0]["longest_gap"] == 55.0
+
+
+def _learning(after_rewards, takeover=True):
+    recs = _base()
+    for v, r in enumerate([0.2] * 5 + [0.3] * 5):
+        recs.append((20.0 + v, 0, "emit.version-published", {"task_id": "t1", "version": v, "reward": r}))
+    if takeover:
+        recs.append((40.0, 1, "emit.trainer-takeover", {"task_id": "t1", "term": 1, "rank": 1}))
+    for k, r in enumerate(after_rewards):
+        recs.append((41.0 + k, 1, "emit.version-published", {"task_id": "t1", "version": 10 + k, "reward": r}))
+    return _results(recs)["learning-continues"]
+
+
+def test_learning_continues_passes_above_the_base_and_catches_a_return_to_it():
+    ok = _learning([0.3, 0.31, 0.29, 0.32, 0.3])
+    assert ok.ok and "0.200 -> 0.304" in ok.detail
+    back = _learning([0.2, 0.19, 0.21, 0.2, 0.2])  # a standby that restarted from the base policy
+    assert not back.ok and back.violations[0]["after_reward"] == 0.2
+    assert not _learning([0.3, 0.3]).ok  # too few versions after the takeover to tell
+    assert _learning([0.3] * 5, takeover=False).detail == "no takeover"
+
+
+def test_the_learning_failover_scenario_has_two_trainers_a_crash_and_real_jobs():
+    from simulator.scenario import load
+    s = load("learning-failover")
+    assert s.tasks[0].trainers == 2 and s.faults.crashes[0].peer == "trainer:0"
+    assert {spec.mode for spec in s.jobs.values()} == {"real"}
+    assert "learning-continues" in s.checks and "one-chain" in s.checks

@@ -41,3 +41,27 @@ def test_a_cuda_job_process_trains_and_its_rollouts_verify_on_cpu_and_back(tmp_p
     v1 = gpu.run("train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0))
     assert v1.version == 1 and v1.stats["completions_used"] > 0, v1.stats
     assert v1.weights != v0.weights and v1.stats["grad_norm"] > 0
+
+
+def test_a_cuda_trainers_checkpoint_continues_on_a_cuda_standby_exactly(tmp_path):
+    """The trainer state of a GPU job process (moments on the device) packs to the same format and a
+    GPU standby given it takes the step the active trainer would have taken, bit for bit."""
+    import shutil
+
+    from swarm.roles.trainerstate import checkpoint_of
+    from trainer import checkpoint
+
+    active = JobWorker(tmp_path / "a" / "blobs", tmp_path / "a" / "state", device="cuda")
+    v0 = active.run("init", InitJob(TASK, seed=7))
+    rollouts = tuple(active.run("generate", GenerateJob(TASK, 0, v0.weights, p, 4, b"w" * 32)).blob
+                     for p in ((1, 2), (3, 4), (5, 6), (7, 8)))
+    v1 = active.run("train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0, pack_state=True))
+    c = checkpoint_of(1.7e9, "0" * 16, 0, 0, v1.state)
+    for sub in ("blobs", "shards"):
+        shutil.copytree(tmp_path / "a" / sub, tmp_path / "b" / sub)
+    standby = JobWorker(tmp_path / "b" / "blobs", tmp_path / "b" / "state", device="cuda")
+    taken = standby.run("train", TrainJob(TASK, 1, v1.weights, rollouts, b"", 0, term=1, state=c))
+    would_have = active.run("train", TrainJob(TASK, 1, v1.weights, rollouts, v1.manifest["root"],
+                                              v1.manifest["depth"]))
+    assert taken.stats["state_restored"] == checkpoint.EXACT
+    assert taken.weights == would_have.weights
