@@ -148,10 +148,7 @@ class RoleJobs:
         """A trainer checkpoint in virtual shards (trainer/checkpoint.py's layout): fp32 master residuals
         and two moments per parameter, `STATE_RATIO` of the raw state once compressed."""
         params = TaskParams.from_params(task.params)
-        shard_size = params.shard_size or DEFAULT_SHARD_SIZE
-        piece_size = params.piece_size or default_piece_size(shard_size)
-        if shard_size % piece_size:
-            piece_size = shard_size
+        shard_size = piece_size = params.shard_size or DEFAULT_SHARD_SIZE  # whole shards (trainer/checkpoint.py)
         raw = 6 * self.sizes[jobs.INIT]  # bf16 weights -> three fp32 tensors per parameter
         size = max(1, int(raw * STATE_RATIO))
         n = -(-size // shard_size)

@@ -32,6 +32,7 @@ class Checkpoints:
     def __init__(self, ctx, task_id: str, every: int) -> None:
         self.ctx, self.task_id, self.every = ctx, task_id, every
         self.newest: TrainerCheckpoint | None = None  # complete: published by us, or fetched in full
+        self.previous: TrainerCheckpoint | None = None  # the active trainer's one before, still served
         self.fetching: TrainerCheckpoint | None = None  # a standby's download in progress
         self.queued: TrainerCheckpoint | None = None  # the newest heard meanwhile: fetched next
         self.packed_at = -1  # the version whose train job last packed the state (active trainer)
@@ -77,13 +78,15 @@ def checkpoint_of(now: float, task_id: str, term: int, rank: int, fields) -> Tra
 
 def publish(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint) -> list:
     """Active trainer: serve the new checkpoint (before anything else is released: a gc must spare its
-    shards) and drop the previous one; `announce` sends it once its version's manifest is out."""
-    old, cps.newest, cps.unannounced = cps.newest, c, True
+    shards) and keep serving the one before it (a standby finishes the fetch it started, so a slow link
+    gets two checkpoint periods); drop the older one. `announce` sends it once its version's manifest
+    is out."""
+    dropped, cps.previous, cps.newest, cps.unannounced = cps.previous, cps.newest, c, True
     cps.published += 1
     cps.bytes_published += c.compressed_size
     effects = ctx.seed_shards(now, c, cps)
-    if old is not None and old.root != c.root:
-        effects += ctx.release_shards(now, old.root, cps)
+    if dropped is not None and dropped.root not in (c.root, cps.previous.root if cps.previous else b""):
+        effects += ctx.release_shards(now, dropped.root, cps)
     return effects + [Emit("checkpoint-published", {"task_id": cps.task_id, "version": c.version, "term": c.term,
                                                     "bytes": c.compressed_size, "raw_bytes": c.raw_size})]
 
@@ -121,9 +124,8 @@ def _other_chain(cps: Checkpoints, c: TrainerCheckpoint) -> bool:
 def drop_all(ctx, now: float, cps: Checkpoints) -> list:
     """Stepping down or taking over with it: nothing of this chain's state is served or fetched any more."""
     effects = []
-    for c in (cps.newest, cps.fetching):
-        if c is not None:
-            effects += ctx.release_shards(now, c.root, cps)
-    cps.newest = cps.fetching = cps.queued = None
+    for c in {x.root: x for x in (cps.newest, cps.fetching, cps.previous) if x is not None}.values():
+        effects += ctx.release_shards(now, c.root, cps)
+    cps.newest = cps.fetching = cps.queued = cps.previous = None
     cps.packed_at = -1
     return effects
