@@ -24,8 +24,8 @@ PINNED = {
     # trainer's state, and a holder named by a manifest's signer is found by root, not by version (a
     # restarted trainer republishes a version under a new root) (churn-compressed was 420fd16c...,
     # trainer-failover 676c8889...).
-    "churn-compressed": "f3723a59a29d2e744322fc0ae349de7aeee9085972c396811e518c6428331e3a",
-    "trainer-failover": "6d3c6491d5cdf316fd0edbd0bc26bf41a3f243dcdcd3d60e36dc1bbee7826e9a",
+    "churn-compressed": "af756b763a0fdd45c8f4a77b35b61923b8b12e9b80df1a5d85a7c1a873cbf4bb",
+    "trainer-failover": "9ee6b70a397bde8de005b4c3382fccdead74f0dd5d52e5985e59aa8e5f55a5fd",
 }
 
 
