@@ -147,8 +147,18 @@ class TensorEntry(Struct):
     hash: bytes = f(size=HASH)  # blake2b-256 of the reconstructed tensor's bytes
 
 
+class Sharded:
+    """A packed stream cut into `shard_size` shards (a version, a trainer checkpoint)."""
+
+    def shard_length(self, index: int) -> int:
+        """The exact byte length of shard `index` (every shard but the last is `shard_size`)."""
+        if index < len(self.shard_hashes) - 1:
+            return self.shard_size
+        return self.compressed_size - self.shard_size * (len(self.shard_hashes) - 1)
+
+
 @dataclass(frozen=True)
-class WeightManifest(Message):
+class WeightManifest(Sharded, Message):
     """A signed policy version: how it is encoded and the hashes of every shard and tensor."""
 
     KIND: ClassVar[str] = "manifest"
@@ -200,15 +210,10 @@ class WeightManifest(Message):
             if -(-self.compressed_size // self.piece_size) != len(self.piece_hashes):
                 raise ValueError("WeightManifest: compressed_size / piece_size disagrees with the piece count")
 
-    def shard_length(self, index: int) -> int:
-        """The exact byte length of shard `index` (every shard but the last is `shard_size`)."""
-        if index < len(self.shard_hashes) - 1:
-            return self.shard_size
-        return self.compressed_size - self.shard_size * (len(self.shard_hashes) - 1)
 
 
 @dataclass(frozen=True)
-class TrainerCheckpoint(Message):
+class TrainerCheckpoint(Sharded, Message):
     """A signed trainer state: what a standby needs to continue the active trainer's run exactly
     (swarm/roles/trainerstate.py). Its shards travel over the weights exchange like a version's, but it
     is fetched only by the task's other trainers (and mirrors), never by workers or validators. It names
@@ -245,10 +250,6 @@ class TrainerCheckpoint(Message):
                 or -(-self.compressed_size // self.piece_size) != len(self.piece_hashes):
             raise ValueError("TrainerCheckpoint: piece_size divides shard_size and counts the pieces")
 
-    def shard_length(self, index: int) -> int:
-        if index < len(self.shard_hashes) - 1:
-            return self.shard_size
-        return self.compressed_size - self.shard_size * (len(self.shard_hashes) - 1)
 
 
 @dataclass(frozen=True)

@@ -128,9 +128,7 @@ class RoleJobs:
         hashes = tuple(self.content.make(label_of(seed, *encoding, "shard", i),
                                          shard_size if i < n - 1 else size - shard_size * (n - 1), keep=True)
                        for i in range(n))
-        pieces = tuple(self.content.hasher(self.content.piece(h, offset, min(piece_size, length - offset)))
-                       for h, length in ((h, self.content.size(h)) for h in hashes)
-                       for offset in range(0, length, piece_size))
+        pieces = self._pieces(hashes, piece_size)
         root = label_of("sim-root", seed, *encoding, *hashes)
         raw_size = 2 * full_size
         tensor_hash = label_of("sim-tensor", seed)
@@ -143,6 +141,12 @@ class RoleJobs:
                     "delta_op": "sub" if delta else "", "depth": parent_depth + 1 if delta else 0, "shuffle": True}
         return jobs.VersionResult(version, weights, raw_size, {}, manifest), hashes
 
+    def _pieces(self, hashes: tuple[bytes, ...], piece_size: int) -> tuple[bytes, ...]:
+        """The piece hashes of virtual shards, in stream order."""
+        return tuple(self.content.hasher(self.content.piece(h, offset, min(piece_size, length - offset)))
+                     for h, length in ((h, self.content.size(h)) for h in hashes)
+                     for offset in range(0, length, piece_size))
+
     def pack_state(self, task: jobs.TaskSpec, version: int, seed: bytes, weights: bytes,
                    weights_root: bytes) -> tuple[dict, tuple[bytes, ...]]:
         """A trainer checkpoint in virtual shards (trainer/checkpoint.py's layout): fp32 master residuals
@@ -154,9 +158,7 @@ class RoleJobs:
         n = -(-size // shard_size)
         hashes = tuple(self.content.make(label_of(seed, "state", i), shard_size if i < n - 1 else size - shard_size * (n - 1),
                                          keep=True) for i in range(n))
-        pieces = tuple(self.content.hasher(self.content.piece(h, offset, min(piece_size, length - offset)))
-                       for h, length in ((h, self.content.size(h)) for h in hashes)
-                       for offset in range(0, length, piece_size))
+        pieces = self._pieces(hashes, piece_size)
         root = label_of("sim-state-root", seed, *hashes)
         self.content.name(root, 0, State(weights))
         fields = {"version": version, "weights_root": weights_root, "step": version, "root": root, "dtype": "fp32",

@@ -22,8 +22,7 @@ from __future__ import annotations
 import torch
 
 from trainer.blobdir import BlobError
-from trainer.taskconfig import int_param
-from trainer.versions import DEFAULT_FULL_EVERY, pack_settings
+from trainer.versions import pack_settings
 from trainer.weights import WeightsError, pack_version, unpack_version
 from trainer.weights.manifest import FORMAT
 from trainer.weights.tensors import carried
@@ -59,11 +58,10 @@ def pack(params, model: torch.nn.Module, optimizer: torch.optim.Optimizer, publi
          write_shard) -> dict:
     """Pack the state; every shard goes to `write_shard`; returns the checkpoint's packing fields."""
     shard_size, _, _, dtype = pack_settings(params)
-    full_every = int_param(params, "full_every", DEFAULT_FULL_EVERY, lo=1)
     # whole shards as pieces: a checkpoint goes from one trainer to a few standbys, where a request per
     # round trip moves four times the bytes of the weights' smaller pieces (those pay off relayed wide)
     packed = pack_version(state_tensors(model, optimizer, dtype, published), None, shard_size=shard_size,
-                          piece_size=shard_size, dtype="fp32", full_every=full_every)
+                          piece_size=shard_size, dtype="fp32")
     for shard in packed.shards:
         write_shard(shard)
     return {"root": packed.root, "dtype": packed.dtype, "shard_size": packed.shard_size,
