@@ -189,6 +189,9 @@ class WeightManifest(Sharded, Message):
     # and the signer's rank (its index in the task's trainer_keys).
     term: int = f(min=0, max=MAX_TERM, default=0)
     rank: int = f(min=0, max=15, default=0)
+    # Prompts the step that made this version trained on (0: unknown, version 0): workers size what they
+    # generate for the next version from it (swarm/roles/worker.py `_share`).
+    prompts: int = f(min=0, max=1 << 20, default=0)
 
     def __post_init__(self) -> None:
         super().__post_init__()

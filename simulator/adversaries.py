@@ -28,6 +28,9 @@ Role-level kinds run the honest protocol around dishonest jobs or shard answers,
 * lying-validator: verify jobs answer the opposite of the honest check (bad batches pass, good ones
   fail with a made-up reason); needs the validator role, and to hurt, a task that names its group in
   `validators`. Caught when a trainer's own check contradicts it.
+* rubber-stamp: a worker or validator whose verify jobs pass everything (a checker colluding with a
+  cheater, for check quorums: swarm/roles/quorum.py). Caught when the trainer's own check of a batch
+  it passed fails; not `detectable` in every run (it must be asked about a bad batch first).
 * corrupted-shards: serves weight shards with one byte flipped (blamed `bad-shard` by each
   downloader, which never asks it again)
 * withheld-shards: announces the shards it holds, then answers every request "not-found" (blamed
@@ -286,6 +289,16 @@ class LyingValidator(Behaviour):
     needs_role = "validator"
 
 
+class RubberStamp(Behaviour):
+    """A colluding checker: generates honestly, passes every batch it checks. Banned only once the
+    trainer's own check contradicts a pass it gave a bad batch, which needs it to be asked about one
+    that is then spot-checked: not `detectable` in every run."""
+
+    kind = cheat = "rubber-stamp"
+    forges_jobs = True
+    detectable = False
+
+
 class CorruptedShards(Behaviour):
     kind = "corrupted-shards"
     detectable = False
@@ -307,7 +320,7 @@ class WithheldShards(Behaviour):
 KINDS: dict[str, type[Behaviour]] = {cls.kind: cls for cls in
                                      (ForgedSignature, Replay, Spam, SybilFlood, Oversized, Malformed, SybilEclipse,
                                       OtherModel, DifferentModel, InflatedReward, InflatedRewards, CherryPick,
-                                      CherryPickedPrompts, LyingValidator, CorruptedShards, WithheldShards)}
+                                      CherryPickedPrompts, LyingValidator, RubberStamp, CorruptedShards, WithheldShards)}
 
 
 class GroupController:

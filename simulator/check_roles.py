@@ -10,6 +10,8 @@ import math
 
 from simulator.check_base import Check, CheckResult
 
+CHECKING_CHEATS = ("lying-validator", "rubber-stamp")  # cheats in checks: their own rollouts are honest
+
 
 class TasksLearned(Check):
     name = "tasks-learned"
@@ -153,14 +155,14 @@ class NoBadTraining(Check):
         if kind == "emit.peer-banned":
             self.banned_by.setdefault(peer, set()).add(f.get("peer"))
         elif kind == "job-done":
-            if f.get("honest") is False:
+            if f.get("honest") is False and f.get("kind") == "generate":
                 self.forgers.add(peer)
         else:
             self.events += 1
             worker_id = f.get("worker")
             worker = self.peers.index.get(worker_id)
             why = ""
-            if worker is not None and self.peers.adversary.get(worker):
+            if worker is not None and self.peers.adversary.get(worker) not in (None, "", *CHECKING_CHEATS):
                 why = f"worker is an adversary ({self.peers.adversary[worker]})"
             elif worker is not None and worker in self.forgers:
                 why = "worker produced forged job results"

@@ -11,6 +11,8 @@ Invariants:
 * versions-forward: per peer incarnation, task and chain term, "version-installed" versions never decrease.
 * no-bad-training: no "rollout-trained" names a worker that is an adversary, produced forged job
   results, or was banned by the training peer before it trained.
+* bad-training-bounded: the same bad batches, counted per cheater, within what the trainers' spot
+  checks bound (check_scaling.py; for scenarios with colluding checkers).
 * one-chain, trained-on-own-chain: trainer chains (check_chain.py).
 * adversaries-banned: every detectable adversary that ran is banned by at least one honest peer.
 * delivery-complete: every measured gossip message reached every live honest peer (see Delivery).
@@ -34,6 +36,7 @@ from simulator.check_chain import OneChain, TrainedOnOwnChain, TrainerState
 from simulator.check_learning import LearningContinues
 from simulator.check_delivery import Delivery
 from simulator.check_metrics import REWARD_WINDOW, Bytes, Training, VersionSpread
+from simulator.check_scaling import BadTrainingBounded, Throughput
 from simulator.check_roles import (AdversariesBanned, HonestNotBanned, NoBadTraining, TasksLearned, TrainingAdvances,
                                    VersionsForward)
 
@@ -42,7 +45,8 @@ __all__ = ["CHECKS", "REWARD_WINDOW", "Check", "CheckResult", "Evaluator", "Peer
 
 
 CHECKS = {c.name: c for c in (TasksLearned, HonestNotBanned, VersionsForward, TrainingAdvances, NoBadTraining,
-                              AdversariesBanned, Delivery, OneChain, TrainedOnOwnChain, LearningContinues)}
+                              AdversariesBanned, Delivery, OneChain, TrainedOnOwnChain, LearningContinues,
+                              BadTrainingBounded)}
 
 
 class Evaluator:
@@ -57,8 +61,10 @@ class Evaluator:
         self.training = Training(self.peers)
         self.bytes = Bytes(self.peers)
         self.state = TrainerState(self.peers)
+        self.throughput = Throughput(self.peers)
         self._route: dict[str, list] = {}
-        for consumer in [self.peers, *self.checks.values(), self.versions, self.training, self.bytes, self.state]:
+        for consumer in [self.peers, *self.checks.values(), self.versions, self.training, self.bytes, self.state,
+                         self.throughput]:
             for kind in consumer.kinds:
                 self._route.setdefault(kind, []).append(consumer.feed)
 
@@ -77,7 +83,7 @@ class Evaluator:
     def metrics(self, end: float, duration: float) -> dict:
         return {"delivery": self.checks["delivery-complete"].metrics(end), "bytes": self.bytes.metrics(duration),
                 "version_spread": self.versions.metrics(), "training": self.training.metrics(),
-                "trainer_state": self.state.metrics()}
+                "trainer_state": self.state.metrics(), "throughput": self.throughput.metrics(end)}
 
 
 def read_trace(path: str) -> Iterator[tuple[float, int, str, dict]]:

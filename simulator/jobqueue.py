@@ -1,5 +1,7 @@
 """Each peer's job slots: `RunJob` effects queue FIFO, `scenario.job_slots` run at once, and each
 finishes after the virtual time its executor says (simulator/workload.py), fed back as `JobFinished`.
+A trainer's verify jobs have a lane of their own (one at a time), as a node gives them a second job
+process (node/runtime.py): its checks run beside its train job instead of queueing behind it.
 
 The executors: the roles' kinds by simulator/rolejobs.py's cost model (or for real by
 simulator/realjobs.py, on files under the simulation's workdir), any other kind a scenario names
@@ -49,14 +51,18 @@ class JobQueue:
         sim = self.sim
         node = sim.nodes[i]
         sim.trace.record(sim.loop.now, i, "job-queued", {"job": e.job_id, "kind": e.kind})
-        node.job_queue.append(e)
+        node.lane(e.kind).queue.append(e)
         self._start_jobs(node)
 
     def _start_jobs(self, node: "Node") -> None:
+        for lane in node.lanes:
+            self._start_lane(node, lane, self.sim.scenario.job_slots if lane is node.lanes[0] else 1)
+
+    def _start_lane(self, node: "Node", lane, slots: int) -> None:
         sim = self.sim
-        while node.job_queue and node.jobs_running < sim.scenario.job_slots:
-            job = node.job_queue.pop(0)
-            node.jobs_running += 1
+        while lane.queue and lane.running < slots:
+            job = lane.queue.pop(0)
+            lane.running += 1
             executor = self.registry.get(job.kind)
             if executor is None:
                 outcome = JobOutcome(0.0, False, error=f"no executor for job kind {job.kind!r}")
@@ -73,7 +79,7 @@ class JobQueue:
         if not node.up or node.incarnation != incarnation:
             return
         sim = self.sim
-        node.jobs_running -= 1
+        node.lane(job.kind).running -= 1
         honest = outcome.honest if outcome.honest is not None else getattr(outcome.result, "honest", None)
         for digest in outcome.blobs:
             node.store.add_blob(digest)

@@ -33,6 +33,7 @@ from simulator.content import Content
 from simulator.rolejobs import ROLE_KINDS
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome
 from swarm import jobs
+from swarm.taskparams import TaskParams
 from trainer.cheats import GENERATING as GENERATING_CHEATS
 from trainer.cheats import Cheater
 from trainer.fsutil import write_atomic
@@ -120,6 +121,10 @@ class RealRoleExecutor:
         except Exception as exc:  # node/jobrunner.py reports any job exception as a failed job, never a crash
             return JobOutcome(duration, False, error=f"{self.kind}: {type(exc).__name__}: {exc}"[:200])
         blobs, shards, honest = (), (), None
+        if self.kind == jobs.TRAIN:  # a bigger step takes longer, as in the cost model (simulator/rolejobs.py)
+            params = TaskParams.from_params(job.task.params)
+            prompts = float(dict(result.stats).get("completions", 0.0)) / params.group_size
+            duration *= max(1.0, prompts / params.prompts_per_step)
         if self.kind in (jobs.INIT, jobs.TRAIN, jobs.UNPACK):
             # the job's wall-clock timings (warmup_s, train_s, ...) would make the trace differ run to run
             result = replace(result, stats={k: v for k, v in result.stats.items() if not k.endswith(WALL_SUFFIX)})
@@ -131,7 +136,7 @@ class RealRoleExecutor:
             honest = ctx.cheat not in GENERATING_CHEATS
             if not result.repeated:
                 blobs = owner.publish(ctx, "blobs", (result.blob,))
-        elif ctx.cheat == "lying-validator":
+        elif ctx.cheat == "lying-validator" or ctx.cheat == "rubber-stamp" and not result.passed:
             honest = False
         return JobOutcome(duration, True, result, honest=honest, blobs=blobs, shards=shards)
 

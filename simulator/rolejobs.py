@@ -39,11 +39,16 @@ from swarm.pieces import default_piece_size
 from swarm.taskparams import TaskParams
 
 ROLE_KINDS = jobs.KINDS
-# kind -> (seconds, jitter, result_bytes): a 4 MB full version, 1 MB deltas, 64 KiB rollout batches
-DEFAULTS = {jobs.INIT: (10.0, 0.0, 4 << 20), jobs.TRAIN: (30.0, 0.1, 1 << 20), jobs.GENERATE: (20.0, 0.2, 64 << 10),
-            jobs.VERIFY: (2.0, 0.2, 0), jobs.UNPACK: (1.0, 0.2, 0)}
+# kind -> (seconds, jitter, result_bytes): a 4 MB full version, 1 MB deltas, 64 KiB rollout batches.
+# The ratios are measured on the built-in model (one core each; the `learning` scenario's durations): a
+# batch generated in 20 s is checked in 7.4 s (0.37x: TOPLOC + sampling replay, 0.37-0.39x on the
+# built-in model and SmolLM2, bench/detection.py), and a step on `prompts_per_step` prompts trains in
+# 12 s (0.6 s against 1.0 s per batch of 8 prompts). A train job's time grows with the prompts it
+# trains on (`train_seconds`): steps that grow with the swarm cost what they train.
+DEFAULTS = {jobs.INIT: (10.0, 0.0, 4 << 20), jobs.TRAIN: (12.0, 0.1, 1 << 20), jobs.GENERATE: (20.0, 0.2, 64 << 10),
+            jobs.VERIFY: (7.4, 0.2, 0), jobs.UNPACK: (1.0, 0.2, 0)}
 GENERATING_CHEATS = ("other-model", "inflated-reward", "cherry-pick")
-CHEATS = GENERATING_CHEATS + ("lying-validator",)
+CHEATS = GENERATING_CHEATS + ("lying-validator", "rubber-stamp")
 CHERRY_POOL = 256  # cherry-pick takes the easiest prompts of a fixed pool, like trainer/cheats.py
 DEFAULT_SHARD_SIZE = 1 << 20  # trainer/versions.py
 DEFAULT_FULL_EVERY = 8
@@ -178,6 +183,8 @@ class RoleExecutor:
 
     def run(self, ctx: JobContext) -> JobOutcome:
         duration = self.cost.duration(ctx.rng)
+        if self.kind == jobs.TRAIN:
+            duration = train_seconds(duration, ctx.payload, self.jobs.content)
         if self.cost.fail_rate and ctx.rng.random() < self.cost.fail_rate:
             return JobOutcome(duration, False, error=f"{ctx.kind} failed (cost model)")
         try:
@@ -309,7 +316,19 @@ class RoleExecutor:
             lie = jobs.VerifyResult(True, "ok", b"") if not passed else jobs.VerifyResult(
                 False, "toploc", label_of("made-up", job.blob), "toploc (made up)")
             return JobOutcome(duration, True, lie, honest=False)
+        if ctx.cheat == "rubber-stamp":  # a colluding checker: passes everything
+            return JobOutcome(duration, True, jobs.VerifyResult(True, "ok", b""), honest=passed)
         return JobOutcome(duration, True, result)
+
+
+def train_seconds(duration: float, job: jobs.TrainJob, content: Content) -> float:
+    """The cost model's train time is for a step of `prompts_per_step` prompts; a bigger step (steps
+    that grow with the rollouts ready) takes proportionally longer, as its optimizer steps do."""
+    prompts = 0
+    for digest in job.rollouts:
+        batch = content.meta(digest)
+        prompts += len(batch.prompts) if isinstance(batch, Batch) else 0
+    return duration * max(1.0, prompts / TaskParams.from_params(job.task.params).prompts_per_step)
 
 
 class JobFailed(Exception):

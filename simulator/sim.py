@@ -35,9 +35,16 @@ from swarm.core import PeerCore
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, Disconnect, DropBlobs, Emit, KeepShards, LocalCommand,
                       MessageReceived, MessageVerdict, Publish, Respond, RespondShard, RunJob, SendRequest, Started,
                       StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
+from swarm import jobs
 from swarm.rng import Rng, stable_seed
 
 EPOCH = 1.8e9  # virtual wall-clock origin, so message timestamps look like real ones
+
+
+@dataclass
+class JobLane:
+    queue: list = field(default_factory=list)
+    running: int = 0
 
 
 @dataclass(eq=False)
@@ -53,8 +60,7 @@ class Node:
     tick_at: float | None = None
     banned: set = field(default_factory=set)  # peers this incarnation refuses (its core's Ban effects)
     served: dict = field(default_factory=dict)  # server-side request id -> Request
-    jobs_running: int = 0
-    job_queue: list = field(default_factory=list)
+    lanes: tuple = ()  # its job lanes (JobLane): all jobs, and for a trainer its checks (simulator/jobqueue.py)
     started_at: float = 0.0
     attack_seq: int = 0
     rejoin_pending: bool = False
@@ -64,6 +70,15 @@ class Node:
     @property
     def peer_id(self) -> str:
         return self.identity.peer_id
+
+    def __post_init__(self) -> None:
+        self.reset_lanes()
+
+    def lane(self, kind: str) -> "JobLane":
+        return self.lanes[1] if kind == jobs.VERIFY and len(self.lanes) > 1 else self.lanes[0]
+
+    def reset_lanes(self) -> None:
+        self.lanes = (JobLane(), JobLane()) if "trainer" in self.group.roles else (JobLane(),)
 
     @property
     def adversary(self) -> str:
@@ -177,7 +192,7 @@ class Simulation:
         node.started_at = self.loop.now
         node.banned = set()
         node.served = {}
-        node.jobs_running, node.job_queue = 0, []
+        node.reset_lanes()
         node.rejoin_pending = False
         cfg = replace(self.core_config, roles=node.group.roles)
         node.core = self.core_factory(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),

@@ -293,7 +293,32 @@ class PeerCore:
             return self.sync.answer(now, inp)
         if inp.protocol == protocols.SHARD:
             return self.shards.on_request(now, inp.peer, inp.request_id, inp.data)
+        if inp.protocol == protocols.CHECK:
+            return self._on_check_request(now, inp)
         return [Respond(inp.request_id, error="unsupported-protocol")]
+
+    def _on_check_request(self, now: float, inp: RequestReceived) -> list:
+        """A trainer asks us to check a commitment (swarm/roles/quorum.py): the request is the worker's
+        signed envelope, so it is checked as gossip would be; only a trainer the task names may ask."""
+        try:
+            signed = open_envelope(inp.data)
+            msg = signed.message
+            if not isinstance(msg, RolloutCommitment):
+                raise Rejected(errors.SCHEMA, f"a check request holds a {signed.kind}, not a rollout commitment")
+            known = self.tasks.tasks.get(msg.task_id)
+            if known is None:
+                return [Respond(inp.request_id, error=errors.UNKNOWN_TASK)]
+            if inp.peer not in {self.context.signer(k) for k in known.task.trainer_keys}:
+                raise Rejected(errors.UNAUTHORIZED, "check requested by a peer that is not the task's trainer")
+        except Rejected as rej:
+            return [Respond(inp.request_id, error=rej.reason)] + self.trust.penalise(now, inp.peer, rej)
+        worker = self.context.signer(signed.signer)
+        if self.ledger.is_banned(worker) or worker == self.peer_id:
+            return [Respond(inp.request_id, error=errors.BANNED if worker != self.peer_id else "own-batch")]
+        for role in self.roles:
+            if hasattr(role, "on_check_request"):
+                return role.on_check_request(now, inp.request_id, signed, worker)
+        return [Respond(inp.request_id, error="not-a-checker")]
 
     def _on_response(self, now: float, inp: ResponseReceived) -> list:
         pending = self.pending.requests.pop(inp.request_id, None)

@@ -24,7 +24,7 @@ KINDS = (INIT, GENERATE, TRAIN, VERIFY, UNPACK)  # every kind a role emits
 # tests; trainer/cheats.py does it). The core never knows: a malicious peer runs the honest protocol
 # around dishonest jobs, exactly what an attacker with a modified job process would do.
 MALICIOUS = ("other-model", "low-precision", "int8-quant", "laundered", "fabricated-tokens", "inflated-reward",
-             "cherry-pick", "replay", "lying-validator")
+             "cherry-pick", "replay", "lying-validator", "rubber-stamp")
 
 
 @dataclass(frozen=True)

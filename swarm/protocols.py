@@ -3,4 +3,6 @@
 SYNC = "/swarm/sync/1"  # signed task announcements by id, for peers that joined after the gossip
 BLOB = "/swarm/blob/1"  # rollout and weight blobs by content hash
 SHARD = "/swarm/shard/2"  # weight pieces by manifest root + piece index (swarm/pieces.py)
-ALL = (SYNC, BLOB, SHARD)
+CHECK = "/swarm/check/1"  # a trainer asks a checker to check one rollout commitment (its signed envelope)
+ALL = (SYNC, BLOB, SHARD, CHECK)
+CHECK_REQUEST_CAP = 16 << 10  # a commitment envelope is a few hundred bytes

@@ -41,7 +41,21 @@ class TaskParams(Settings):
     standby_checks: StrictBool = Field(False, description="standby trainers check rollout batches as they come "
                                                           "(verdicts published), so a takeover starts warm")
     max_batches_per_version: int = Field(256, gt=0, description="a worker's batches for one version, at most")
-    validate_fraction: float = Field(1.0, ge=0, le=1, description="share of commitments a validator checks")
+    validate_fraction: float = Field(1.0, ge=0, le=1, description="share of commitments a validator checks "
+                                                                  "(check_quorum 0 only)")
+    # ---- who checks (swarm/roles/quorum.py; docs/security.md derives the trade)
+    check_quorum: int = Field(0, ge=0, le=8, description="passes from checkers the trainer asked that a batch "
+                                                         "needs before it is trained on; 0: the trainer checks "
+                                                         "every batch itself")
+    spot_check: float = Field(0.1, ge=0, le=1, description="with check_quorum: share of batches the trainer also "
+                                                           "checks itself (drawn from its own signature)")
+    peer_checks: StrictBool = Field(False, description="with check_quorum: workers that have had work trained on "
+                                                       "check each other's batches, besides the validators")
+    quorum_wait: float = Field(60.0, gt=0, description="seconds the trainer waits for a batch's quorum before "
+                                                       "checking it itself")
+    max_prompts_per_step: int | None = Field(None, gt=0, description="a step trains on every checked prompt "
+                                             "ready, up to this many (optimizer steps grow with it); None: "
+                                             "prompts_per_step")
     # ---- read by the trainer's jobs (None: the trainer's default)
     lr: float | None = Field(None, gt=0, description="AdamW learning rate")
     lr_warmup: int | None = Field(None, ge=0, description="batches over which lr ramps up; 0: constant")
@@ -75,6 +89,11 @@ class TaskParams(Settings):
         or not), so silence is judged against that period, not the version period: three missed
         re-announcements make a takeover."""
         return self.takeover_after if self.takeover_after is not None else 3.0 * self.republish_interval
+
+    @property
+    def step_limit(self) -> int:
+        """The most prompts one step trains on (never fewer than a step needs)."""
+        return max(self.prompts_per_step, self.max_prompts_per_step or 0)
 
     @classmethod
     def of(cls, task: TaskAnnouncement) -> "TaskParams":

@@ -23,7 +23,6 @@ from swarm.io import Ban, Emit
 
 VALIDATOR_QUORUM = 2  # distinct trusted validators whose failed verdicts ban a worker without a trainer's
 OPINIONS_KEPT = 8192  # commitments whose trusted verdicts we remember
-SECOND_OPINIONS_KEPT = 4096  # per task: trusted verdicts a trainer keeps to compare with its own checks
 
 
 class Trust:
@@ -104,7 +103,7 @@ class Trust:
         if seen.worker_key != verdict.subject:
             raise Rejected(errors.SCHEMA, "verdict subject is not the signer of the commitment")
         if not self.trusts_verdicts_of(task, signed.signer) or self.is_trainer_of(task):
-            return []  # a trainer bans on its own re-check (SecondOpinions), not on others' word
+            return []  # a trainer bans on its own re-check (swarm/roles/quorum.py), not on others' word
         return self._weigh_verdicts(now, task, seen, verdict, signed.signer)
 
     def _weigh_verdicts(self, now: float, task: TaskAnnouncement, seen, verdict: Verdict, key: bytes) -> list:
@@ -139,24 +138,3 @@ class Trust:
             effects += self.ban(now, seen.worker, f"failed {'/'.join(failing)} "
                                 f"(verdicts by {VALIDATOR_QUORUM}+ validators)")
         return effects
-
-
-class SecondOpinions:
-    """The trainer's side of the verdict rules (roles/trainer.py), one per task: its own check of a
-    batch is the reference, so a trusted validator whose verdict said otherwise loses its trust."""
-
-    def __init__(self) -> None:
-        self.said: dict[bytes, tuple[str, bool]] = {}  # commitment -> (validator, passed)
-
-    def heard(self, commitment_id: bytes, validator: str, passed: bool) -> None:
-        self.said[commitment_id] = (validator, passed)
-        while len(self.said) > SECOND_OPINIONS_KEPT:
-            self.said.pop(next(iter(self.said)))
-
-    def contradicted(self, commitment_id: bytes, passed: bool | None) -> tuple[str, str] | None:
-        """(validator, ban reason) when a trusted validator said otherwise than our check (`passed`,
-        None until it is done); else None."""
-        said = self.said.get(commitment_id)
-        if said is None or passed is None or said[1] == passed:
-            return None
-        return said[0], f"wrong verdict on {commitment_id.hex()[:16]}"

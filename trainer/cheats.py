@@ -42,7 +42,8 @@ from trainer.jobenv import task_env
 
 CHERRY_POOL = 256  # cherry-pick chooses among prompt indices 0..CHERRY_POOL-1
 OTHER_MODEL_NOISE = 0.02
-GENERATING = frozenset(jobs.MALICIOUS) - {"lying-validator"}
+CHECKING = frozenset({"lying-validator", "rubber-stamp"})  # cheats in verify jobs; they generate honestly
+GENERATING = frozenset(jobs.MALICIOUS) - CHECKING
 
 
 class Cheater:
@@ -128,6 +129,8 @@ class Cheater:
     # ---------------------------------------------------------------- verify
 
     def lie(self, job: jobs.VerifyJob, honest: jobs.VerifyResult) -> jobs.VerifyResult:
+        if self.kind == "rubber-stamp":  # a colluder: passes whatever it is asked about
+            return jobs.VerifyResult(True, "ok", b"", "")
         if self.kind != "lying-validator":
             return honest
         if not honest.passed:

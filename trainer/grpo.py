@@ -50,7 +50,7 @@ The variant, exactly:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -97,6 +97,17 @@ def lr_at(cfg: GRPOConfig, step: int) -> float:
     if cfg.lr_warmup <= 0:
         return cfg.lr
     return cfg.lr * min(1.0, (step + 1) / cfg.lr_warmup)
+
+
+def sized_for(cfg: GRPOConfig, prompts: int) -> GRPOConfig:
+    """The config for a step of `prompts` prompts. Steps grow with the rollouts a swarm has ready (the
+    task's `max_prompts_per_step`); a bigger step takes proportionally more optimizer steps of the same
+    minibatch size, each at the task's lr. That is the rule data-parallel training follows with a fixed
+    per-update batch: a step of k times the task's `prompts_per_step` is k times the updates, not one
+    update on a k times bigger batch, so the lr needs no rescaling and each update's gradient noise is
+    what the task was tuned for. The lr schedule still counts versions."""
+    steps = max(1, round(cfg.minibatches * prompts / cfg.prompts_per_step))
+    return cfg if steps == cfg.minibatches else replace(cfg, minibatches=steps)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

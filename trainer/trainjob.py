@@ -21,7 +21,7 @@ from swarm import jobs
 from trainer.batch_codec import RolloutBatch, decode
 from trainer import checkpoint
 from trainer.blobdir import BlobDir
-from trainer.grpo import grpo_step, lr_at, make_optimizer
+from trainer.grpo import grpo_step, lr_at, make_optimizer, sized_for
 from trainer.jobenv import JobError
 from trainer.modelcache import ModelCache
 from trainer.policy import load_weights, weights_bytes, weights_state
@@ -56,10 +56,10 @@ class TrainJobs:
     def train(self, job: jobs.TrainJob) -> jobs.VersionResult:
         """One GRPO step on the validated batches: version -> version + 1."""
         task = job.task
-        cfg = grpo_config(task.params)
         if not job.rollouts:
             raise JobError("train: the job names no rollout batches")
         batches = [self._rollout_batch(task.task_id, job.version, h) for h in job.rollouts]
+        cfg = sized_for(grpo_config(task.params), sum(len(b.prompt_indices) for b in batches))
         t0 = time.monotonic()
         st = self._trainer(job, cfg)
         for group in st.optimizer.param_groups:  # the signed task's settings, even for a resumed optimizer

@@ -1,19 +1,21 @@
 """Checking one rollout commitment: fetch its blob, run a `verify` job, publish the verdict.
 
-Shared by the trainer (which checks everything it trains on) and validators (which check for
-everyone else). A failed check bans the worker at once: the evidence hash in the verdict lets any
+Shared by the trainer (which checks what it trains on, or a share of it with a check quorum),
+validators (which check for everyone else) and, with the task's `peer_checks`, workers the trainer
+asks (`CheckQueue`). A failed check bans the worker at once: the evidence hash in the verdict lets any
 peer re-run the same check and see for itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from gossip import topics
 from gossip.hashing import blake2b256
 from gossip.messages import RolloutCommitment, Verdict
 from swarm import jobs, protocols
-from swarm.io import Emit, ResponseReceived, StoreBlob
+from swarm.io import Emit, JobFinished, Respond, ResponseReceived, StoreBlob
 
 PASSED = "ok"
 BLOB_TRIES = 3  # a blob fetch that fails (no link to the worker, a timeout, an error) is made this often in all
@@ -31,6 +33,12 @@ class Check:
     result: jobs.VerifyResult | None = None
     tries: int = 0  # blob fetches made
     retry_at: float | None = None  # when to fetch the blob again (a try failed, or a dial is under way)
+    wire: bytes = b""  # the signed commitment as it came (what a trainer sends the checkers it asks)
+    # ---- a trainer's quorum (swarm/roles/quorum.py)
+    own: bool = True  # the trainer must check it itself (always without a quorum; else spot or disputed)
+    spot: bool = False  # drawn for the trainer's own spot check
+    asked: dict = field(default_factory=dict)  # checker peer -> quorum.ASKED / PASSED / FAILED / GONE
+    asked_at: float | None = None  # when the newest checker was asked
 
 
 def fetch_blob(ctx, owner, now: float, check: Check) -> list:
@@ -102,3 +110,90 @@ def publish_verdict(ctx, now: float, check: Check, result: jobs.VerifyResult) ->
     if not result.passed:
         effects += ctx.ban(now, check.worker, f"failed {result.reason}")
     return effects
+
+
+class CheckQueue:
+    """One task's checks on a checking peer: a validator's own picks, or what a trainer asked of a
+    validator or a worker (swarm/roles/quorum.py). Each blob is fetched from its worker and checked
+    with our own copy of the claimed version once we hold it; the verdict is published either way.
+    At most `capacity` at once: a validator drops its oldest pick, an asked peer answers `busy`."""
+
+    def __init__(self, ctx, owner, spec: jobs.TaskSpec, policy, capacity: int) -> None:
+        self.ctx, self.owner, self.spec, self.policy, self.capacity = ctx, owner, spec, policy, capacity
+        self.checks: OrderedDict[bytes, Check] = OrderedDict()
+        self.passed = self.failed = self.skipped = 0
+
+    @property
+    def timer(self) -> str:
+        return f"{self.owner.name}:{self.spec.task_id}:blobs"
+
+    def full(self) -> bool:
+        return len(self.checks) >= self.capacity
+
+    def add(self, now: float, check: Check) -> list:
+        while self.full():
+            self.checks.popitem(last=False)
+            self.skipped += 1
+        self.checks[check.commitment_id] = check
+        effects = fetch_blob(self.ctx, self.owner, now, check)
+        arm_retry(self.ctx, self.checks.values(), self.timer)
+        return effects
+
+    def asked(self, now: float, request_id: int, signed, worker: str) -> list:
+        """A trainer's check request (the core checked who asks): accepted at once, checked as it can."""
+        if signed.msg_id in self.checks:
+            return [Respond(request_id, b"")]
+        if self.full():
+            return [Respond(request_id, error="busy")]
+        return [Respond(request_id, b"")] + self.add(now, Check(signed.message, signed.msg_id, worker, signed.signer))
+
+    def on_blob(self, now: float, commitment_id: bytes, response: ResponseReceived) -> list:
+        check = self.checks.get(commitment_id)
+        if check is None:
+            return []
+        effects, failure = blob_arrived(check, response, now)
+        if failure is not None:
+            del self.checks[commitment_id]
+            self.skipped += 1
+            return [Emit("check-skipped", {"task_id": self.spec.task_id, "worker": check.worker, "reason": failure})]
+        if check.retry_at is not None:
+            arm_retry(self.ctx, self.checks.values(), self.timer)
+            return effects
+        return effects + self.start_ready(now)
+
+    def start_ready(self, now: float) -> list:
+        """A verify job for each fetched batch whose version we hold (of the chain we follow)."""
+        effects = []
+        held = self.policy.held
+        for cid, check in list(self.checks.items()):
+            if not check.blob_ok or check.verifying or check.result is not None:
+                continue
+            weights = held.get(check.commitment.policy_version)
+            if check.commitment.policy_term != self.policy.term:  # another chain's version: not ours to judge
+                del self.checks[cid]
+                self.skipped += 1
+            elif weights is not None:
+                effects.append(verify_job(self.ctx, self.owner, self.spec, check, weights))
+            elif check.commitment.policy_version < min(held, default=0):
+                del self.checks[cid]  # older than any version we will ever hold
+                self.skipped += 1
+        return effects
+
+    def finished(self, now: float, commitment_id: bytes, done: JobFinished) -> list:
+        check = self.checks.pop(commitment_id, None)
+        if check is None:
+            return []
+        if not done.ok:
+            return [Emit("job-failed", {"task_id": self.spec.task_id, "kind": jobs.VERIFY, "error": done.error[:300]})]
+        result: jobs.VerifyResult = done.result
+        if result.passed:
+            self.passed += 1
+        else:
+            self.failed += 1
+        return publish_verdict(self.ctx, now, check, result)
+
+    def retry(self, now: float) -> list:
+        return retry_blobs(self.ctx, self.owner, now, self.checks.values(), self.timer)
+
+    def snapshot(self) -> dict:
+        return {"checking": len(self.checks), "passed": self.passed, "failed": self.failed, "skipped": self.skipped}

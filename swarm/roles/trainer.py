@@ -3,9 +3,10 @@
 Only a peer whose key the task names as a trainer runs this. It starts from version 0 (an `init`
 job builds or resumes the base model), then collects rollout commitments within the async window
 (`async_level` versions old at most; older ones are refused as too-old), fetches their blobs from
-the workers, checks every batch itself (a `verify` job against its own copy of that version: the
-trainer trains only on what passed its own check), and once `prompts_per_step` checked prompts are
-ready runs one `train` job. A batch whose worker is banned meanwhile (a failed check elsewhere, a
+the workers and has each batch checked: by itself (a `verify` job against its own copy of that
+version), or, with the task's `check_quorum`, by checkers it asks, spot-checking a share itself
+(swarm/roles/quorum.py). Once `prompts_per_step` checked prompts are ready it runs one `train` job on
+all of them, up to `max_prompts_per_step`. A batch whose worker is banned meanwhile (a failed check elsewhere, a
 replay seen later) is dropped before the next step. A trusted validator's verdict that the
 trainer's own check contradicts costs that validator its trust. Each new version is
 announced with a signed weight manifest, re-announced periodically for late joiners. Every
@@ -28,14 +29,13 @@ from gossip.messages import RolloutCommitment, TensorEntry, TrainerCheckpoint, V
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking, standby, trainerstate
+from swarm.roles import checking, quorum, standby, trainerstate
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
 from swarm.roles.trainerstate import Checkpoints
 from swarm.rng import stable_seed
 from swarm.taskparams import TaskParams, task_spec
-from swarm.trust import SecondOpinions
 
 MAX_PENDING = 256
 RETRY_AFTER = 5.0
@@ -54,7 +54,11 @@ class TrainerTask:
     busy: bool = False  # an init or train job is running
     pending: dict[bytes, Check] = field(default_factory=dict)  # by commitment id, arrival order
     in_step: list[Check] = field(default_factory=list)
-    others_said: SecondOpinions = field(default_factory=SecondOpinions)  # trusted validators' verdicts
+    opinions: quorum.Opinions = field(default_factory=quorum.Opinions)  # checkers' verdicts and our own checks
+    validators: tuple[bytes, ...] = ()  # the task's trusted validator keys (checkers a quorum may ask)
+    worked: dict[str, int] = field(default_factory=dict)  # worker -> its batches trained on (proven work)
+    own_checks: int = 0  # verify jobs run by this trainer
+    by_quorum: int = 0  # batches trained on the passes of checkers alone
     rejected: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # worker -> verify jobs started for its batches
     trained_commitments: int = 0
@@ -86,7 +90,7 @@ class TrainerRole(Role):
             return []
         rank = task.trainer_keys.index(self.ctx.public_key)
         state = self.tasks[task.task_id] = TrainerTask(task_spec(task), TaskParams.of(task), task.async_level,
-                                                       rank=rank, active=rank == 0)
+                                                       rank=rank, active=rank == 0, validators=task.validator_keys)
         state.policy = standby.new_follower(state)
         state.states = Checkpoints(self.ctx, task.task_id, state.params.state_every)
         self.keys[task.task_id] = task.trainer_keys
@@ -98,14 +102,17 @@ class TrainerRole(Role):
         payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task.task_id) & 0x7FFFFFFF)
         return [self.ctx.job(self, (task.task_id, jobs.INIT, ()), jobs.INIT, payload),
                 Emit("trainer-starting", {"task_id": task.task_id, "model": task.model,
-                                          "takeover_after": state.params.takeover_s})]
+                                          "takeover_after": state.params.takeover_s,
+                                          **({"check_quorum": state.params.check_quorum,
+                                              "spot_check": state.params.spot_check}
+                                             if state.params.check_quorum else {})})]
 
     # ---- rollouts in
 
     def on_message(self, now, signed, signer) -> list:
         msg = signed.message
         if isinstance(msg, Verdict):
-            return self._on_verdict(now, msg, signed.signer, self.ctx.signer(signed.signer))
+            return quorum.on_verdict(self.ctx, self, now, msg, signed.signer, self.ctx.signer(signed.signer))
         state = self.tasks.get(getattr(msg, "task_id", ""))
         if isinstance(msg, TrainerCheckpoint) and state is not None:
             return [] if state.active else trainerstate.heard(self.ctx, now, state.states, msg, signer)
@@ -134,17 +141,24 @@ class TrainerRole(Role):
                                                f" not on this trainer's chain")
         if len(state.pending) >= MAX_PENDING:
             raise Rejected(errors.CAPACITY, "too many rollout batches waiting")
-        check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer)
+        check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer, wire=signed.wire)
         effects = checking.fetch_blob(self.ctx, self, now, check)
         checking.arm_retry(self.ctx, state.pending.values(), f"trainer:{msg.task_id}:blobs")
+        if state.params.check_quorum:
+            effects += quorum.start(self.ctx, self, now, state, check)
         return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
-        _, task_id, commitment_id = tag
+        task_id, commitment_id = tag[1], tag[2]
         state = self.tasks.get(task_id)
         check = state.pending.get(commitment_id) if state else None
         if check is None:
             return []
+        if tag[0] == "check":  # a checker we asked: accepted (the verdict comes by gossip), or not
+            if response.error is None:
+                return []
+            return quorum.refused(self.ctx, self, now, state, check, tag[3], response.error) + \
+                quorum.verify_more(self.ctx, self, now, state)
         effects, failure = checking.blob_arrived(check, response, now)
         if failure is not None:
             del state.pending[commitment_id]
@@ -153,37 +167,7 @@ class TrainerRole(Role):
         if check.retry_at is not None:
             checking.arm_retry(self.ctx, state.pending.values(), f"trainer:{task_id}:blobs")
             return effects
-        return effects + self._verify_more(now, state)
-
-    def _verify_more(self, now: float, state: TrainerTask) -> list:
-        """Start the next verify job, one at a time, while the passed and in-check prompts do not cover
-        the next step's `prompts_per_step`. Candidates are fetched batches, newest policy version first,
-        then the worker checked least so far (every worker's batches get checked and trained on).
-        Checking every batch on arrival spent the trainer's job process on batches that went stale
-        before a step needed them and queued each train job behind those checks (bench/learning.py
-        measured steps several times slower on 2 cores); one job at a time lets the train job go first."""
-        if any(p.verifying for p in state.pending.values()):
-            return []
-        have = sum(len(p.commitment.prompt_indices) for p in state.pending.values()
-                   if p.result is not None and p.result.passed)
-        effects = []
-        while have < state.params.prompts_per_step:
-            waiting = [p for p in state.pending.values() if p.blob_ok and not p.verifying and p.result is None]
-            if not waiting:
-                break
-            check = min(waiting, key=lambda p: (-p.commitment.policy_version, state.checked.get(p.worker, 0)))
-            held = state.weights_by_version if state.active else state.policy.held  # a standby's checks
-            weights = held.get(check.commitment.policy_version)
-            if weights is None:  # older than anything we kept: cannot be checked, so not trained on
-                del state.pending[check.commitment_id]
-                state.dropped += 1
-                effects.append(Emit("rollout-dropped", {"task_id": state.spec.task_id, "worker": check.worker,
-                                                        "reason": errors.TOO_OLD}))
-                continue
-            state.checked[check.worker] = state.checked.get(check.worker, 0) + 1
-            effects.append(checking.verify_job(self.ctx, self, state.spec, check, weights))
-            break
-        return effects
+        return effects + quorum.verify_more(self.ctx, self, now, state)
 
     def _on_verify_finished(self, now: float, state: TrainerTask, commitment_id: bytes, done: JobFinished) -> list:
         check = state.pending.get(commitment_id)
@@ -194,51 +178,39 @@ class TrainerRole(Role):
             del state.pending[commitment_id]
             state.dropped += 1
             return [Emit("job-failed", {"task_id": state.spec.task_id, "kind": jobs.VERIFY,
-                                        "error": done.error[:300]})] + self._maybe_train(now, state)
+                                        "error": done.error[:300]})] + self.maybe_train(now, state)
         result: jobs.VerifyResult = done.result
         check.result = result
-        effects = self._compare_with_others(now, state, check)
+        effects = quorum.ban_liars(self.ctx, self, now, state,
+                                   state.opinions.checked(commitment_id, result.passed, result.reason or ""))
         # Published either way: a trainer's verdict settles the commitment for every peer, so a
         # validator that said otherwise is shown wrong everywhere (swarm/trust.py).
         effects += checking.publish_verdict(self.ctx, now, check, result)
         if not result.passed:
             state.rejected += 1
             del state.pending[commitment_id]
-        return effects + self._maybe_train(now, state)
-
-    def _on_verdict(self, now: float, verdict: Verdict, key: bytes, validator: str) -> list:
-        state = self.tasks.get(verdict.task_id)
-        if state is None or validator == self.ctx.peer_id or not self.ctx.trusts_verdicts_of(verdict.task_id, key):
-            return []
-        state.others_said.heard(verdict.commitment_id, validator, verdict.passed)
-        check = state.pending.get(verdict.commitment_id)
-        return self._compare_with_others(now, state, check) if check is not None else []
-
-    def _compare_with_others(self, now: float, state: TrainerTask, check: Check) -> list:
-        """Our own check is the reference (swarm/trust.py: SecondOpinions)."""
-        passed = None if check.result is None else check.result.passed
-        wrong = state.others_said.contradicted(check.commitment_id, passed)
-        return self.ctx.ban(now, *wrong) if wrong is not None else []
+        return effects + self.maybe_train(now, state)
 
     # ---- training
 
-    def _maybe_train(self, now: float, state: TrainerTask) -> list:
-        return self._start_step(now, state) + self._verify_more(now, state)
+    def maybe_train(self, now: float, state: TrainerTask) -> list:
+        return self._start_step(now, state) + quorum.verify_more(self.ctx, self, now, state)
 
     def _start_step(self, now: float, state: TrainerTask) -> list:
         if state.busy or state.version < 0:
             return []
         effects = self._drop_unusable(state)
-        ready = sorted((p for p in state.pending.values() if p.result is not None and p.result.passed),
+        ready = sorted((p for p in state.pending.values() if quorum.trainable(self.ctx, state, p)),
                        key=lambda p: -p.commitment.policy_version)  # the least off-policy first
         if sum(len(p.commitment.prompt_indices) for p in ready) < state.params.prompts_per_step:
             return effects
         step, prompts = [], 0
-        for p in ready:
+        for p in ready:  # every ready batch, up to the step's limit
+            if prompts >= state.params.prompts_per_step and \
+                    prompts + len(p.commitment.prompt_indices) > state.params.step_limit:
+                break
             step.append(p)
             prompts += len(p.commitment.prompt_indices)
-            if prompts >= state.params.prompts_per_step:
-                break
         for p in step:
             del state.pending[p.commitment_id]
         state.in_step, state.busy = step, True
@@ -315,6 +287,8 @@ class TrainerRole(Role):
         effects += self._keep_chain(now, state, manifest)
         for p in state.in_step:
             state.trained_commitments += 1
+            state.worked[p.worker] = state.worked.get(p.worker, 0) + 1
+            state.by_quorum += not p.own
             state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
             effects.append(Emit("rollout-trained", {"task_id": task_id, "commitment_id": p.commitment_id.hex(),
                                                     "worker": p.worker, "policy_version": p.commitment.policy_version,
@@ -334,7 +308,7 @@ class TrainerRole(Role):
         if kind == jobs.TRAIN:  # after its manifest: peers check a checkpoint against the version's root
             state.resume_state = None
             effects += trainerstate.announce(self.ctx, now, state.states)
-        return effects + self._maybe_train(now, state)
+        return effects + self.maybe_train(now, state)
 
     def _keep_chain(self, now: float, state: TrainerTask, manifest: WeightManifest) -> list:
         """Serve the new version; keep (and re-announce) every version back to the last full one and
@@ -402,13 +376,15 @@ class TrainerRole(Role):
             return state.policy.fetch_latest(self.ctx, self, now)
         if what == "blobs":  # a standby's checks too
             return checking.retry_blobs(self.ctx, self, now, state.pending.values(), name)
+        if what == "quorum":
+            return quorum.overdue(self.ctx, now, state) + self.maybe_train(now, state)
         if not state.active:
             return []
         if what == jobs.INIT and state.version < 0 and not state.busy:
             state.busy = True
             payload = jobs.InitJob(task=state.spec, seed=stable_seed("base-model", task_id) & 0x7FFFFFFF)
             return [self.ctx.job(self, (task_id, jobs.INIT, ()), jobs.INIT, payload)]
-        return self._maybe_train(now, state)
+        return self.maybe_train(now, state)
 
     def _take_over(self, now: float, state: TrainerTask) -> list:
         effects = standby.check(self.ctx, self, now, state, self.keys[state.spec.task_id])
@@ -420,13 +396,13 @@ class TrainerRole(Role):
             except Rejected:
                 pass
         state.heard.clear()
-        return effects + self._maybe_train(now, state)
+        return effects + self.maybe_train(now, state)
 
     def snapshot(self) -> dict:
         return {task_id: {"version": s.version, "training": s.busy, "active": s.active, "term": s.term, "rank": s.rank,
                           "ready": sum(1 for p in s.pending.values() if p.result is not None),
                           "checking": sum(1 for p in s.pending.values() if p.result is None),
-                          "rejected": s.rejected,
+                          "rejected": s.rejected, "own_checks": s.own_checks, "by_quorum": s.by_quorum,
                           "trained_commitments": s.trained_commitments, "completions": s.completions,
                           "dropped": s.dropped, "history": list(s.history)[-64:],
                           "checkpoint": s.states.snapshot()}
@@ -446,5 +422,6 @@ def _manifest(now: float, state: TrainerTask, result: jobs.VersionResult) -> Wei
         parent = result.version - 1
         if parent not in state.manifests or state.manifests[parent].root != fields["parent_root"]:
             raise ValueError(f"delta on a parent root that is not version {parent}'s")
+    prompts = sum(len(p.commitment.prompt_indices) for p in state.in_step)
     return WeightManifest(task_id=state.spec.task_id, version=result.version, parent_version=parent,
-                          created_at=now, term=state.term, rank=state.rank, **fields)
+                          created_at=now, term=state.term, rank=state.rank, prompts=prompts, **fields)

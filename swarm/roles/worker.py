@@ -8,6 +8,13 @@ list for (task, our key, v), which anyone can recompute. Each finished batch is 
 and announced with a signed rollout commitment. The batch counter is in memory, so after a restart
 the generate job itself skips slices it generated before (`repeated`): two commitments for one
 slice would get us banned as a replayer.
+
+With the task's `peer_checks` (and a `check_quorum`), a worker also checks the batches the active
+trainer asks it to (swarm/roles/quorum.py), in the same job process as its generation.
+
+How much to generate: a version's worth is what the trainer's next step can take (`step_limit`
+prompts), split among the workers we know of; what a worker generates beyond that would be dropped
+unread, so it waits for the next version instead (`_share`).
 """
 
 from __future__ import annotations
@@ -19,13 +26,16 @@ from gossip.assignment import assign_prompts
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm import jobs
 from swarm.context import RoleContext
-from swarm.io import Emit, JobFinished, ResponseReceived
+from swarm.io import Emit, JobFinished, Respond, ResponseReceived
 from swarm.roles.base import Role
+from swarm.roles.checking import CheckQueue
 from swarm.roles.follower import PolicyFollower
 from swarm.taskparams import TaskParams, task_spec
 
 RETRY_AFTER = 5.0
 STALL_AFTER = 20.0  # at its share, a worker waits this long for a new version before generating more
+STALL_PERIODS = 2.0  # ... or this many of the trainer's recent version periods, if longer
+MAX_ASKED_CHECKS = 8  # a trainer's check requests a worker holds at once; more are answered `busy`
 
 
 @dataclass
@@ -44,6 +54,9 @@ class WorkerTask:
     completions: int = 0
     failures: int = 0
     last_reward: float | None = None
+    checks: CheckQueue | None = None  # what the trainer asks us to check (peer_checks)
+    version_at: dict[int, float] = field(default_factory=dict)  # the newest versions -> when first announced
+    last_step: int = 0  # prompts the newest version's step trained on (its manifest says)
 
 
 class WorkerRole(Role):
@@ -56,8 +69,16 @@ class WorkerRole(Role):
     def on_task(self, now, known) -> list:
         task = known.task
         policy = PolicyFollower(task.task_id, keep=task.async_level + 1)
-        self.tasks[task.task_id] = WorkerTask(task_spec(task), TaskParams.of(task), task.async_level, policy)
+        state = self.tasks[task.task_id] = WorkerTask(task_spec(task), TaskParams.of(task), task.async_level, policy)
+        if state.params.peer_checks and state.params.check_quorum:
+            state.checks = CheckQueue(self.ctx, self, state.spec, policy, MAX_ASKED_CHECKS)
         return []
+
+    def on_check_request(self, now: float, request_id: int, signed, worker: str) -> list:
+        state = self.tasks.get(signed.message.task_id)
+        if state is None or state.checks is None:
+            return [Respond(request_id, error="not-a-checker")]
+        return state.checks.asked(now, request_id, signed, worker)
 
     # ---- policy versions
 
@@ -66,6 +87,11 @@ class WorkerRole(Role):
         state = self.tasks.get(getattr(msg, "task_id", ""))
         if state is None or not isinstance(msg, WeightManifest):
             return []
+        if msg.version > state.policy.latest and msg.version not in state.version_at:
+            state.version_at[msg.version] = now
+            state.last_step = msg.prompts
+            for old in sorted(state.version_at)[:-3]:
+                del state.version_at[old]
         effects = state.policy.on_manifest(self.ctx, self, now, msg, signer)
         for version in [v for v in state.batches if v not in state.policy.held and v < state.policy.latest]:
             del state.batches[version]
@@ -73,11 +99,13 @@ class WorkerRole(Role):
         return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
-        _, task_id, version = tag
+        kind, task_id, key = tag
         state = self.tasks.get(task_id)
         if state is None:
             return []
-        effects, installed = state.policy.on_response(self.ctx, self, now, version, response)
+        if kind == "rollouts":  # a blob we were asked to check
+            return state.checks.on_blob(now, key, response) if state.checks else []
+        effects, installed = state.policy.on_response(self.ctx, self, now, key, response)
         return effects + (self._maybe_generate(now, state) if installed else [])
 
     # ---- generation
@@ -94,7 +122,7 @@ class WorkerRole(Role):
         if batch >= min(state.params.max_batches_per_version, self._share(state, version) + state.extra.get(version, 0)):
             if state.stalled != version:  # the trainer may still need more (failed checks, a worker gone)
                 state.stalled = version
-                self.ctx.timer(f"worker:{state.spec.task_id}:stall", now + STALL_AFTER)
+                self.ctx.timer(f"worker:{state.spec.task_id}:stall", now + self._stall_after(state))
             return []
         count = state.params.prompts_per_commit
         indices = assign_prompts(state.spec.task_id, self.ctx.public_key, version, (batch + 1) * count,
@@ -107,31 +135,57 @@ class WorkerRole(Role):
         return [self.ctx.job(self, (state.spec.task_id, version, tuple(indices)), jobs.GENERATE, payload)]
 
     def _share(self, state: WorkerTask, version: int) -> int:
-        """Batches worth generating for `version`. A trainer step takes `prompts_per_step` prompts, and
+        """Batches worth generating for `version`. A trainer step takes at most `step_limit` prompts
+        (`prompts_per_step`, or up to `max_prompts_per_step` when steps grow with what is ready), and
         the workers we know of (alive peers whose heartbeats name the worker role, and us, ranked by
         peer id) split one step's worth of each version. More would go stale unread, and on a shared
         machine generating it takes CPU from the trainer (bench/learning.py measured steps several
-        times slower). The first version we serve gets async_level + 1 shares: its backlog primes the
-        async window (the trainer steps on older rollouts while we generate for the newest version),
-        and no step after version + async_level may train on it, so more is waste (an uncapped first
-        version had 36 of its batches dropped at the start of a bench run). When the step's batches do
-        not divide evenly, the extra ones go to other workers from one version to the next (the rank
-        rotates with the version), so no worker is always the one left idle or doing two. A worker left
-        waiting for STALL_AFTER (failed checks, a worker gone) is allowed one more batch."""
+        times slower). With fixed steps, the first version we serve gets async_level + 1 shares: its
+        backlog primes the async window (the trainer steps on older rollouts while we generate for
+        the newest version), and no step after version + async_level may train on it, so more is waste
+        (an uncapped first version had 36 of its batches dropped at the start of a bench run); growing
+        steps take whatever is ready, so they need no priming. When the step's batches do not divide
+        evenly, the extra ones go to other workers from one version to the next (the rank rotates with
+        the version), so no worker is always the one left idle or doing two. A worker left waiting
+        (`_stall_after`: failed checks, a worker gone) is allowed one more batch."""
         me = self.ctx.peer_id
         workers = sorted({me} | set(self.ctx.alive_with_role("worker")))
-        commits = -(-state.params.prompts_per_step // state.params.prompts_per_commit)
+        commits = -(-self._next_step(state) // state.params.prompts_per_commit)
         base, rest = divmod(commits, len(workers))
         share = base + (1 if (workers.index(me) - version) % len(workers) < rest else 0)
-        if version == state.first_version:
+        if version == state.first_version and state.params.max_prompts_per_step is None:
             return min(state.params.max_batches_per_version, (state.async_level + 1) * max(share, 1))
         return share
+
+    @staticmethod
+    def _next_step(state: WorkerTask) -> int:
+        """Prompts the trainer's next step will take. With fixed steps, `prompts_per_step`. When steps
+        grow with what is ready, the last step's size (its manifest says) and one commit more, so steps
+        grow while the trainer keeps up and stop growing where it is busy: a swarm that could generate
+        more than the trainer trains waits instead of generating batches that would be dropped."""
+        params = state.params
+        if params.max_prompts_per_step is None:
+            return params.prompts_per_step
+        return min(params.step_limit, max(params.prompts_per_step, state.last_step + params.prompts_per_commit))
+
+    @staticmethod
+    def _stall_after(state: WorkerTask) -> float:
+        """How long to wait at our share before one more batch: STALL_AFTER, or, when steps grow with
+        what is ready, STALL_PERIODS of the trainer's recent version period if that is longer (a busy
+        trainer's big steps are not a stall, and extra batches would only be dropped)."""
+        times = sorted(state.version_at.values())
+        if state.params.max_prompts_per_step is None or len(times) < 2:  # fixed steps: a fixed wait
+            return STALL_AFTER
+        period = (times[-1] - times[0]) / (len(times) - 1)
+        return max(STALL_AFTER, STALL_PERIODS * period)
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
         task_id, version, indices = tag
         state = self.tasks.get(task_id)
         if state is None:
             return []
+        if version == jobs.VERIFY:  # a check we were asked for (tag: task, VERIFY, commitment id)
+            return state.checks.finished(now, indices, done) if state.checks else []
         state.job_version = None
         if not done.ok:
             state.failures += 1
@@ -161,14 +215,18 @@ class WorkerRole(Role):
             return []
         if what == "refetch":
             return state.policy.fetch_latest(self.ctx, self, now)
+        if what == "blobs":
+            return state.checks.retry(now) if state.checks else []
+        effects = state.checks.start_ready(now) if what == "installed" and state.checks else []
         if what == "stall":
             version, state.stalled = state.stalled, None
             if version is not None and version == state.policy.newest_held() and state.job_version is None:
                 state.extra[version] = state.extra.get(version, 0) + 1
-        return self._maybe_generate(now, state)
+        return effects + self._maybe_generate(now, state)
 
     def snapshot(self) -> dict:
         return {task_id: {"latest_version": s.policy.latest, "held_versions": sorted(s.policy.held),
                           "generating": s.job_version is not None, "commitments": s.commitments,
-                          "completions": s.completions, "failures": s.failures, "last_reward": s.last_reward}
+                          "completions": s.completions, "failures": s.failures, "last_reward": s.last_reward,
+                          **({"checks": s.checks.snapshot()} if s.checks else {})}
                 for task_id, s in sorted(self.tasks.items())}

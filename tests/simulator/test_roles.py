@@ -257,16 +257,21 @@ def test_crash_restarted_worker_is_not_banned_as_a_replayer(monkeypatch, job_rem
     if not job_remembers:
         monkeypatch.setattr(NodeStore, "record_generated", lambda self, key: None)
     trace = Trace()
-    banned, skipped = [], []
+    banned, skipped, committed = [], [], []
+    worker = 2  # trainer, validator, then the workers
     trace.observe("emit.peer-banned", lambda t, peer, kind, f: banned.append((peer, f.get("reason", ""))))
     trace.observe("emit.rollouts-skipped", lambda t, peer, kind, f: skipped.append((t, peer)))
+    trace.observe("emit.rollouts-committed", lambda t, peer, kind, f: committed.append(t) if peer == worker else None)
     sim, _ = prepare(scenario(name="restarts", duration=400, workers=3), trace)
-    worker = 2  # trainer, validator, then the workers
-    for at in range(60, 330, 15):  # generate jobs take 10 s: some crashes come right after a commitment
-        sim.loop.run(float(at))
-        sim.stop_peer(worker, "crash")
-        sim.loop.run(at + 2.0)
-        sim.start_peer(worker)
+    at, crashes = 60.0, 0
+    while at < 330 and crashes < 8:  # each crash comes right after a commitment, within its version
+        sim.loop.run(at)
+        at += 1.0
+        if committed and committed[-1] > at - 2.0:
+            sim.stop_peer(worker, "crash")
+            sim.loop.run(at + 2.0)
+            sim.start_peer(worker)
+            crashes, at = crashes + 1, at + 2.0
     sim.loop.run(400.0)
     if job_remembers:
         assert not banned and skipped and {p for _, p in skipped} == {worker}

@@ -5,7 +5,7 @@ import torch
 
 from trainer.grpo import (Batch, GRPOConfig, clip_grad, clipped_token_loss, collapse_repeats,
                           group_advantages, grpo_step, kl_k3, lr_at, make_batch, make_optimizer,
-                          token_logprobs)
+                          sized_for, token_logprobs)
 from trainer.taskconfig import ParamError, grpo_config
 
 CLIP = dict(clip_low=0.2, clip_high=0.28, delta=4.0)
@@ -327,3 +327,31 @@ def test_lr_decay_is_a_cosine_from_lr_to_lr_min_then_holds():
         grpo_config({"lr": 1e-5, "lr_decay_steps": 100, "lr_min": 2e-5})
     with pytest.raises(ParamError, match="lr_decay_steps"):
         grpo_config({"lr_decay_steps": 10.0})
+
+
+def test_a_bigger_step_takes_more_updates_of_the_same_minibatch_size_at_the_same_lr():
+    cfg = GRPOConfig(lr=3e-5, minibatches=2, prompts_per_step=16)
+    assert sized_for(cfg, 16) is cfg
+    assert sized_for(cfg, 18).minibatches == 2  # an overshoot by part of a commit: the task's step
+    for prompts, steps in ((32, 4), (64, 8), (40, 5), (8, 1), (1, 1)):
+        sized = sized_for(cfg, prompts)
+        assert sized.minibatches == steps and sized.lr == cfg.lr
+        if prompts >= cfg.prompts_per_step:  # rows per update stay the task's
+            assert prompts / sized.minibatches == pytest.approx(8, rel=0.25)
+
+
+def test_grpo_step_on_a_doubled_step_makes_twice_the_optimizer_steps():
+    from trainer.model import create_builtin_model
+
+    model, tok = create_builtin_model(3)
+    prompt = tok("4213>")["input_ids"]
+    good, bad = tok("1234", add_special_tokens=False)["input_ids"] + [2], [tok.eos_token_id]
+    batch = make_batch([prompt] * 8, [good, bad] * 4, [torch.zeros(5), torch.zeros(1)] * 4,
+                       torch.tensor([1.0, -1.0] * 4), tok.pad_token_id)
+    with torch.no_grad():
+        batch.old_logp = token_logprobs(model, batch.input_ids) * batch.mask
+    cfg = sized_for(GRPOConfig(lr=1e-3, minibatches=2, prompts_per_step=2), 4)
+    optimizer = make_optimizer(model, cfg)
+    grpo_step(model, optimizer, batch, cfg)
+    assert cfg.minibatches == 4
+    assert max(int(s["step"]) for s in optimizer.state.values()) == 4

@@ -1,0 +1,128 @@
+"""Does a swarm learn faster with more workers? The simulator with the cost model, 1 to 64 workers.
+
+For each worker count N: one trainer, N workers and, with --checkers validators (the default),
+ceil(N * verify/generate / 0.9) trusted validators so checking capacity grows with the work (with
+--checkers peers, no validators: workers check each other's batches; with --checkers trainer, the
+trainer checks everything itself, the design before check quorums). The cost model's ratios are the
+measured ones (simulator/rolejobs.py DEFAULTS: generate 20 s a batch of 8 prompts, verify 7.4 s =
+0.37x, train 12 s per 16 prompts, growing with the prompts a step trains on). Reported per N:
+versions and completions trained per simulated hour, the speedup over 1 worker, the trainer's time
+training / checking / idle, the fraction of committed batches trained on, and bad batches trained
+per cheater (--cheaters adds an other-model worker and a rubber-stamp checker colluding with it).
+
+    .venv/bin/python bench/scaling.py [--workers 1,2,4,8,16,32,64] [--minutes 30] [--checkers validators]
+    .venv/bin/python bench/scaling.py --real --workers 1,4,16 --minutes 10   # real jobs: time to a reward
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from simulator.rolejobs import DEFAULTS  # noqa: E402
+from simulator.run import run_scenario  # noqa: E402
+from simulator.scenario import loads  # noqa: E402
+from swarm import jobs  # noqa: E402
+
+GENERATE, VERIFY = DEFAULTS[jobs.GENERATE][0], DEFAULTS[jobs.VERIFY][0]
+CHECKER_LOAD = 0.9  # validators per worker: enough that checking never waits
+
+
+def scenario_text(workers: int, minutes: float, checkers: str, cheaters: bool, real: bool, seed: int,
+                  max_step: int, async_level: int, spot: float) -> str:
+    validators = math.ceil(workers * VERIFY / GENERATE / CHECKER_LOAD) if checkers == "validators" else 0
+    quorum = 0 if checkers == "trainer" else 1
+    groups = [("trainer", 1, "trainer", "", "churn = false\nup_mbps = 1000\ndown_mbps = 1000\n"),
+              ("worker", workers, "worker", "", "up_mbps = 50\ndown_mbps = 100\n")]
+    if validators:
+        groups.append(("validator", validators, "validator", "", "up_mbps = 200\ndown_mbps = 200\n"))
+    if cheaters:
+        groups += [("other-model", 1, "worker", "other-model", "join_at = 60\n"),
+                   ("rubber-stamp", 1, "worker", "rubber-stamp", "")]
+    text = [f'name = "scaling-{workers}"\nduration = {minutes * 60:g}\nseed = {seed}\nsettle = 60\n'
+            'checks = ["honest-not-banned", "versions-forward", "bad-training-bounded"]\n']
+    for name, count, role, adversary, extra in groups:
+        text.append(f'[[peers]]\nname = "{name}"\ncount = {count}\nroles = ["{role}"]\n'
+                    + (f'adversary = "{adversary}"\n' if adversary else "") + extra)
+    params = {"group_size": 16, "prompts_per_step": 16, "prompts_per_commit": 8, "check_quorum": quorum,
+              "spot_check": spot, "peer_checks": checkers == "peers", "max_prompts_per_step": max_step}
+    if real:
+        params.update(lr=3e-5, clip_low=0.2, clip_high=0.28, minibatches=2, temperature=1.0, max_new_tokens=10)
+    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
+    names = '"validator"' if validators else ""
+    text.append(f'[[tasks]]\nat = 5\nby = "trainer"\nasync_level = {async_level}\nvalidators = [{names}]\n'
+                f'params = {{ {table} }}\n')
+    if real:  # the learning scenario's virtual durations, with the same ratios
+        text.append('[jobs.init]\nmode = "real"\nseconds = 20\n[jobs.generate]\nmode = "real"\nseconds = 1.0\n'
+                    'jitter = 0.2\n[jobs.train]\nmode = "real"\nseconds = 0.6\njitter = 0.1\n[jobs.verify]\n'
+                    'mode = "real"\nseconds = 0.37\njitter = 0.2\n[jobs.unpack]\nmode = "real"\nseconds = 0.1\n')
+    return "\n".join(text)
+
+
+def run_one(workers: int, args) -> dict:
+    text = scenario_text(workers, args.minutes, args.checkers, args.cheaters, args.real, args.seed,
+                         args.max_step, args.async_level, args.spot_check)
+    started = time.monotonic()
+    result = run_scenario(loads(text, f"<scaling-{workers}>"), **({"workdir": args.workdir} if args.real else {}))
+    m = result.metrics
+    tp, tr = m["throughput"], m["training"]
+    row = {"workers": workers, "ok": result.ok, "failed": result.failed, **{k: v for k, v in tp.items() if k != "since"},
+           "dropped": tr["dropped"], "verdicts": tr["verdicts"], "wall_s": round(time.monotonic() - started, 1),
+           "bad_trained": result.checks["bad-training-bounded"].detail}
+    if args.real:
+        row["reward_first"], row["reward_last"] = tr["reward_first"], tr["reward_last"]
+        row["time_to_reward"] = time_to(result, args.reward_target)
+    return row
+
+
+def time_to(result, target: float):
+    for t, reward in result.metrics.get("reward_curve", []):
+        if reward >= target:
+            return t
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="1,2,4,8,16,32,64")
+    ap.add_argument("--minutes", type=float, default=30.0)
+    ap.add_argument("--checkers", choices=("validators", "peers", "trainer"), default="validators")
+    ap.add_argument("--cheaters", action="store_true")
+    ap.add_argument("--max-step", type=int, default=256, help="the task's max_prompts_per_step")
+    ap.add_argument("--async-level", type=int, default=4)
+    ap.add_argument("--spot-check", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--real", action="store_true", help="real jobs: the built-in model learns")
+    ap.add_argument("--reward-target", type=float, default=0.3)
+    ap.add_argument("--workdir", default="runs/scaling")
+    ap.add_argument("--out")
+    args = ap.parse_args()
+    rows = []
+    for n in [int(x) for x in args.workers.split(",")]:
+        rows.append(run_one(n, args))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    base = rows[0]
+    for row in rows:
+        one = base["completions_trained_per_hour"] or 0
+        row["speedup"] = round(row["completions_trained_per_hour"] / one, 2) if one else None
+        row["per_worker_efficiency"] = (round(row["speedup"] * base["workers"] / row["workers"], 3)
+                                        if row["speedup"] is not None else None)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = {"bench": "scaling", "date": time.strftime("%Y-%m-%d"), "commit": commit, "command": " ".join(sys.argv),
+           "machine": platform.machine(), "cost_model": {k: DEFAULTS[k][0] for k in DEFAULTS}, "rows": rows}
+    text = json.dumps(out, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

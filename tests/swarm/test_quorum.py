@@ -1,0 +1,64 @@
+"""The check quorum's sans-IO parts: who may ask a peer to check (the core), and which verdicts a
+trainer's own check contradicts (swarm/roles/quorum.py Opinions)."""
+
+from gossip import errors, topics
+from gossip.envelope import seal
+from gossip.identity import Identity
+from gossip.messages import RolloutCommitment
+from swarm import protocols
+from swarm.core import CoreConfig, PeerCore
+from swarm.io import Emit, MessageReceived, RequestReceived, Respond, SendRequest
+from swarm.roles.quorum import Opinions
+from tests.samples import ALICE, BOB, T0, task
+
+CAROL = Identity(b"\x07" * 32)
+
+
+def checker(roles=("validator",), **params):
+    core = PeerCore(BOB, CoreConfig(roles=roles), seed=3)
+    t = task(params={"group_size": 16, "check_quorum": 1, **params})
+    signed = seal(ALICE, t)
+    core.handle(T0, MessageReceived(topics.TASKS, signed.wire, ALICE.peer_id))
+    commitment = seal(CAROL, RolloutCommitment(task_id=t.task_id, policy_version=0, created_at=T0, blob_hash=bytes(32),
+                                               blob_size=100, prompt_indices=(1, 2), samples_per_prompt=16,
+                                               num_tokens=40, mean_reward=0.5))
+    return core, commitment
+
+
+def ask(core, peer, data):
+    return core.handle(T0 + 1, RequestReceived(peer, protocols.CHECK, 7, data))
+
+
+def test_only_a_trainer_of_the_task_may_ask_for_a_check():
+    core, commitment = checker()
+    out = ask(core, CAROL.peer_id, commitment.wire)
+    assert Respond(7, error=errors.UNAUTHORIZED) in out
+    assert any(isinstance(e, Emit) and e.event == "message-rejected" for e in out)  # it costs the asker
+    out = ask(core, ALICE.peer_id, commitment.wire)
+    assert Respond(7, b"") in out
+    assert any(isinstance(e, SendRequest) and e.protocol == protocols.BLOB and e.peer == CAROL.peer_id for e in out)
+    assert ask(core, ALICE.peer_id, commitment.wire) == [Respond(7, b"")]  # asked twice: one check
+
+
+def test_garbage_and_other_kinds_are_refused_with_a_reason():
+    core, _ = checker()
+    assert Respond(7, error=errors.MALFORMED) in ask(core, ALICE.peer_id, b"\x00junk")
+    assert Respond(7, error=errors.SCHEMA) in ask(core, ALICE.peer_id, seal(ALICE, task()).wire)
+
+
+def test_a_worker_checks_only_when_the_task_says_peer_checks():
+    core, commitment = checker(roles=("worker",))
+    assert ask(core, ALICE.peer_id, commitment.wire) == [Respond(7, error="not-a-checker")]
+    core, commitment = checker(roles=("worker",), peer_checks=True)
+    assert Respond(7, b"") in ask(core, ALICE.peer_id, commitment.wire)
+
+
+def test_a_verdict_contradicting_the_trainers_check_is_found_in_either_order():
+    o = Opinions()
+    assert o.heard(b"a", "liar", True, "ok") == []  # nothing to compare with yet
+    assert [who for who, _ in o.checked(b"a", False, "toploc")] == ["liar"]
+    assert [who for who, _ in o.heard(b"a", "late-liar", True, "ok")] == ["late-liar"]
+    assert o.heard(b"a", "honest", False, "toploc") == []
+    o.checked(b"b", True, "ok")
+    assert [who for who, _ in o.heard(b"b", "failer", False, "reward")] == ["failer"]
+    assert o.heard(b"b", "saw-it-first", False, errors.DUPLICATE) == []  # not a contradiction
