@@ -77,6 +77,7 @@ class Throughput:
         self.queued: dict[tuple[int, object], float] = {}
         self.busy: dict[str, float] = {"train": 0.0, "verify": 0.0}
         self.lost = 0  # batches a trainer dropped or refused (never trained)
+        self.rewards: list[tuple[float, float]] = []  # (t, the mean rollout reward a step trained on)
 
     def feed(self, t, peer, kind, f):
         if kind == "emit.rollouts-committed":
@@ -88,6 +89,8 @@ class Throughput:
             if self.first_version_at is None:
                 self.first_version_at = t
             self.prompts_trained += int(f.get("step_completions", 0) or 0)
+            if isinstance(f.get("reward"), (int, float)):
+                self.rewards.append((round(t, 3), round(float(f["reward"]), 4)))
         elif kind in ("emit.trainer-starting", "emit.trainer-takeover"):
             self.trainers.add(peer)
         elif kind == "emit.rollout-dropped" or kind == "emit.message-rejected":
@@ -111,4 +114,6 @@ class Throughput:
                 "versions_per_hour": round(max(0, self.versions - 1) / hours, 2) if hours else None,
                 "completions_trained_per_hour": round(self.prompts_trained / hours, 1) if hours else None,
                 "trainer_train_fraction": round(train, 4), "trainer_check_fraction": round(check, 4),
-                "trainer_idle_fraction": round(max(0.0, 1.0 - train), 4), "since": self.first_version_at}
+                "trainer_idle_fraction": round(max(0.0, 1.0 - train), 4), "since": self.first_version_at,
+                "reward_curve": self.rewards}
+

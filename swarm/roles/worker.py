@@ -162,10 +162,13 @@ class WorkerRole(Role):
         """Prompts the trainer's next step will take. With fixed steps, `prompts_per_step`. When steps
         grow with what is ready, the last step's size (its manifest says) and one commit more, so steps
         grow while the trainer keeps up and stop growing where it is busy: a swarm that could generate
-        more than the trainer trains waits instead of generating batches that would be dropped."""
+        more than the trainer trains waits instead of generating batches that would be dropped. A step
+        at the limit may have left batches behind: one commit less, so that backlog drains."""
         params = state.params
         if params.max_prompts_per_step is None:
             return params.prompts_per_step
+        if state.last_step >= params.step_limit:
+            return max(params.prompts_per_step, params.step_limit - params.prompts_per_commit)
         return min(params.step_limit, max(params.prompts_per_step, state.last_step + params.prompts_per_commit))
 
     @staticmethod
