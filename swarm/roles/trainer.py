@@ -200,12 +200,8 @@ class TrainerRole(Role):
         if state.busy or state.version < 0:
             return []
         effects = self._drop_unusable(state)
-        # Fixed steps take the least off-policy batches first. Steps that grow take every ready batch up to
-        # their limit, and past it the oldest first: the newest have the most of the async window left,
-        # so they wait one step instead of the oldest ageing out unread.
-        grows = state.params.max_prompts_per_step is not None
         ready = sorted((p for p in state.pending.values() if quorum.trainable(self.ctx, state, p)),
-                       key=lambda p: p.commitment.policy_version * (1 if grows else -1))
+                       key=lambda p: -p.commitment.policy_version)  # the least off-policy first
         if sum(len(p.commitment.prompt_indices) for p in ready) < state.params.prompts_per_step:
             return effects
         step, prompts = [], 0
