@@ -241,6 +241,11 @@ def _show_failures(dirs: list[Path], seen: dict[tuple, int]) -> None:
     """Print each distinct failed job once (a task naming a model nobody has, an environment that
     raises, ...), then how often it repeated: the peers retry, the operator should see why."""
     for i, d in enumerate(dirs):
+        for r in read_records(d, "task-refused"):  # said once: the peer does no more work for the task
+            key = (i, "refused", str(r.get("task_id")), str(r.get("role")))
+            if key not in seen:
+                seen[key] = 1
+                _say(f"peer{i} ({r.get('role')}) refuses task {r.get('task_id')}: {r.get('reason')}")
         counts: dict[tuple, int] = {}
         for r in read_records(d, "job-failed"):
             key = (i, r.get("kind"), str(r.get("error")))

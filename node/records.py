@@ -16,7 +16,8 @@ from typing import Any, Iterator
 RECORDED = frozenset({"version-published", "rollout-trained", "rollout-dropped", "version-installed",
                       "rollouts-committed", "peer-banned", "job-failed", "task-learned", "shards-complete",
                       "shard-rejected", "version-mirrored", "trainer-standby", "trainer-takeover",
-                      "trainer-stepped-down", "checkpoint-published", "checkpoint-fetched", "checkpoint-dropped"})
+                      "trainer-stepped-down", "checkpoint-published", "checkpoint-fetched", "checkpoint-dropped",
+                      "task-refused"})
 FILE = "records.jsonl"
 
 
