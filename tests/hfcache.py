@@ -4,6 +4,7 @@ under their sha256 and linked from the snapshot, as `hf download` leaves them.""
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
@@ -18,9 +19,16 @@ def add_model(cache: Path, repo_id: str, source: Path, revision: str = REVISION)
     for path in sorted(Path(source).rglob("*")):
         if not path.is_file():
             continue
-        data = path.read_bytes()
-        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-        blob.write_bytes(data)
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+        blob = repo / "blobs" / digest.hexdigest()
+        if not blob.exists():
+            try:
+                os.link(path, blob)  # big weights: no copy where the file system allows
+            except OSError:
+                shutil.copyfile(path, blob)
         link = snapshot / path.relative_to(source)
         link.parent.mkdir(parents=True, exist_ok=True)
         os.symlink(os.path.relpath(blob, link.parent), link)
