@@ -31,9 +31,9 @@ from trainer.batch_codec import BatchError
 from trainer.blobdir import BlobDir, BlobError
 from trainer.generatejob import GenerateJobs
 from trainer.initjob import InitJobs
-from trainer.jobenv import JobError, task_env
+from trainer.jobenv import JobError, TaskRefused, task_env
 from trainer.modelcache import ModelCache
-from trainer.policy import PolicyError
+from trainer.policy import BaseModelError, PolicyError
 from trainer.taskconfig import ParamError
 from trainer.trainerstore import TrainerStore
 from trainer.trainjob import TrainJobs
@@ -81,6 +81,8 @@ class JobWorker:
             return handler(payload)
         except VersionError as exc:  # unpack: the message names the version already
             raise JobError(str(exc)) from None
+        except BaseModelError as exc:  # the task's model does not load here: this peer cannot work on it
+            raise TaskRefused(f"refused: {exc}") from None
         except (PolicyError, BlobError, BatchError, ParamError, StateError) as exc:
             raise JobError(f"{kind}: {exc}") from None
 

@@ -10,7 +10,8 @@ Two task params pin what the core cannot see (it imports no environment and read
     peer's files must hash to it. The built-in model is made from a seed: it takes none.
 
 A mismatch, a missing package, an unknown environment or model, files that are not there and cannot
-be fetched: `TaskRefused`, whose message says what to install or fetch. Every job that names a task
+be fetched: `TaskRefused`, whose message says what to install or fetch (files that are there but do
+not load are refused the same way when the job loads them: trainer/jobs.py, `BaseModelError`). Every job that names a task
 (init, generate, verify, train) passes `check_task` first, so a peer that cannot reproduce the task's
 prompts, rewards or weights never generates, judges or trains anything for it (a refused verify job
 is a JobError, never a verdict: an honest worker is not failed by a peer that differs from the task).

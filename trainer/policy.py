@@ -30,6 +30,11 @@ class PolicyError(RuntimeError):
     """A model name cannot be resolved or a weights blob does not fit the model."""
 
 
+class BaseModelError(PolicyError):
+    """The task's base model is there but does not load on this peer (corrupt or incomplete files):
+    the job process refuses the task (trainer/jobs.py), saying what to fetch again."""
+
+
 def is_builtin(name: str) -> bool:
     return name == BUILTIN_TINY
 
@@ -45,7 +50,11 @@ def base_model(name: str, seed: int = 0):
     try:
         return load_model(directory)
     except ModelLoadError as exc:
-        raise PolicyError(f"model {name!r}: {exc}") from None
+        from trainer import hfmodel
+
+        fetch = (f"; delete it from the cache and run `{hfmodel.parse(name).fetch_command}`"
+                 if name.startswith(hfmodel.PREFIX) else "")
+        raise BaseModelError(f"model {name!r}: {exc}{fetch}") from None
 
 
 def model_dir(name: str) -> Path:

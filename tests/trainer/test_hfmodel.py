@@ -119,7 +119,7 @@ def test_task_params_require_the_hash_of_an_hf_model():
 
 
 def test_weights_that_do_not_load_refuse_the_task(cache, tmp_path):
-    from trainer.jobs import JobError, JobWorker
+    from trainer.jobs import JobWorker
 
     root, _ = cache
     broken = tmp_path / "broken"
@@ -129,7 +129,8 @@ def test_weights_that_do_not_load_refuse_the_task(cache, tmp_path):
     (broken / "tokenizer.json").write_text("{}")
     name = add_model(root, "swarm-test/broken", broken)
     params = {"model_hash": hfmodel.content_hash(model_dir(name)), "eval_prompts": 0}
-    with pytest.raises(JobError, match="not a valid safetensors file"):
+    with pytest.raises(TaskRefused, match="refused: .*not a valid safetensors file.*delete it from the cache and run "
+                                          "`hf download swarm-test/broken"):
         JobWorker(tmp_path / "blobs", tmp_path / "state").run("init", InitJob(TaskSpec("b", name, "digit-sort", params), 0))
     with pytest.raises(ModelLoadError, match="holds no model files"):
         hfmodel.content_hash(tmp_path / "state")
