@@ -66,8 +66,8 @@ def snapshot_dir(name: str) -> Path:
                              f"({type(exc).__name__}: {exc}); delete it and run `{ref.fetch_command}`") from None
     where = f"not in the Hugging Face cache ({cache})"
     if offline():
-        raise ModelLoadError(f"model {name!r} is {where} and HF_HUB_OFFLINE is set; run `{ref.fetch_command}` "
-                             "on a machine online (same HF_HOME / HF_HUB_CACHE, or copy the cache here), or "
+        raise ModelLoadError(f"model {name!r} is {where} and HF_HUB_OFFLINE is set: run `{ref.fetch_command}` "
+                             "where the hub is reachable (with this HF_HUB_CACHE, or copy the cache here), or "
                              "unset HF_HUB_OFFLINE to let this peer download it")
     try:
         return Path(snapshot_download(ref.repo_id, revision=ref.revision, allow_patterns=list(MODEL_FILES),

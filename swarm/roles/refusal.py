@@ -18,11 +18,14 @@ def refuses(done) -> bool:
     return not done.ok and jobs.refused(done.error)
 
 
+MAX_REASON = 1000  # characters of the job's error kept: it ends with what to install or fetch
+
+
 def refuse(state, role: str, error: str) -> list:
     """Mark `state` (a role's per-task state with a `refused` field) refused; [] if it already was."""
     if state.refused:
         return []
-    state.refused = error[:300]
+    state.refused = error[:MAX_REASON]
     return [Emit("task-refused", {"task_id": state.spec.task_id, "role": role, "reason": state.refused})]
 
 

@@ -353,7 +353,8 @@ def test_a_peer_that_refuses_the_task_stops_working_on_it_and_the_others_go_on()
     net, trainer, workers, task_id = swarm(n_workers=3)
     odd = workers[0].peer_id
     real_jobs = net.jobs
-    reason = "refused: the task's environment 'reasoning-gym:x' needs reasoning-gym==0.1.25, this peer has 0.1.24"
+    reason = ("refused: the task's environment 'reasoning-gym:x' needs reasoning-gym==0.1.25, this peer has "
+              "reasoning-gym==0.1.24" + " (details)" * 40 + ": run `pip install 'reasoning-gym==0.1.25'`")
 
     def jobs_of(peer, job):
         if peer == odd:

@@ -51,7 +51,7 @@ def test_names_must_pin_a_commit():
 
 
 def test_a_missing_model_offline_says_what_to_run(cache):
-    with pytest.raises(PolicyError, match=r"not in the Hugging Face cache .*HF_HUB_OFFLINE is set; run `hf download "
+    with pytest.raises(PolicyError, match=r"not in the Hugging Face cache .*HF_HUB_OFFLINE is set: run `hf download "
                                           r"swarm-test/other --revision " + REVISION):
         model_dir(f"hf:swarm-test/other@{REVISION}")
 
