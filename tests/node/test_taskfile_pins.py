@@ -65,3 +65,16 @@ def test_an_hf_model_is_pinned_by_its_content_hash(tmp_path, monkeypatch):
     table = fill_pins({"task": {"name": "t", "model": name, "env": "digit-sort"}})
     assert set(table["task"]["params"]) == {"model_hash"} and len(table["task"]["params"]["model_hash"]) == 48
     assert task_from_dict(table, Identity(bytes(32)), T0).params["model_hash"] == table["task"]["params"]["model_hash"]
+
+
+def test_status_text_says_why_a_task_is_refused():
+    from node.status_text import render_status
+
+    task = {"task_id": "abc", "name": "rg", "model": "smollm2-135m", "env": "reasoning-gym:chain_sum", "async_level": 2}
+    snap = {"peer_id": "me", "roles": ["worker"], "uptime": 3, "peers": [], "tasks": [task], "messages": {},
+            "work": {"worker": {"abc": {"refused": "refused: ... run `pip install 'reasoning-gym==0.1.25'`"}},
+                     "validator": {"abc": {"refused": None}}}}
+    text = render_status(snap).splitlines()
+    at = text.index("  abc  rg  model=smollm2-135m  env=reasoning-gym:chain_sum  async_level=2")
+    assert text[at + 1] == "    worker REFUSED: refused: ... run `pip install 'reasoning-gym==0.1.25'`"
+    assert "validator" not in "".join(text)
