@@ -7,8 +7,8 @@ otherwise fails with the command that fetches it. Only the files a model needs a
 `MODEL_FILES` (config, tokenizer, safetensors; never pickled weights).
 
 `content_hash(directory)` is what a task's `model_hash` param pins: blake2b-192 (48 hex characters,
-what a task param string holds) over every `MODEL_FILES` file of the directory, each as its relative
-path and the blake2b-256 of its bytes, sorted by path. The same function serves `dir:` models.
+what a task param string holds) over every `MODEL_FILES` file at the top of the directory, each as
+its name and the blake2b-256 of its bytes, sorted by name. The same function serves `dir:` models.
 """
 
 from __future__ import annotations
@@ -96,12 +96,11 @@ def offline() -> bool:
 
 
 def model_files(directory: Path) -> list[Path]:
-    """The files of `directory` (recursively) that a model is loaded from, sorted by relative path."""
-    out = []
-    for path in sorted(Path(directory).rglob("*")):
-        if path.is_file() and any(fnmatch.fnmatch(path.name, p) for p in MODEL_FILES):
-            out.append(path)
-    return sorted(out, key=lambda p: p.relative_to(directory).as_posix())
+    """The files a model is loaded from: the `MODEL_FILES` at the top of `directory`, sorted by name.
+    Sub-folders (a repo's onnx/, runs/, ...) are not read by the loader, and peers that fetched more or
+    less of them must still agree on the hash."""
+    return sorted((p for p in Path(directory).iterdir()
+                   if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in MODEL_FILES)), key=lambda p: p.name)
 
 
 _hashes: dict[tuple, str] = {}  # (directory, each file's (path, size, mtime)) -> its content hash
@@ -111,6 +110,8 @@ def content_hash(directory: str | os.PathLike) -> str:
     """blake2b-192 hex over (relative path, blake2b-256 of the bytes) of each model file, by path;
     remembered per process while no file's size or mtime changes."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise ModelLoadError(f"model directory {str(directory)!r} does not exist")
     files = model_files(directory)
     if not files:
         raise ModelLoadError(f"{str(directory)!r} holds no model files ({', '.join(MODEL_FILES)})")

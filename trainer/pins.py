@@ -25,6 +25,8 @@ from its own installation, for `swarm-node task announce` to fill in where the t
 
 from __future__ import annotations
 
+import re
+
 from swarm.taskparams import TaskParams, env_options
 from trainer.envs import EnvError, Environment, get_env
 from trainer.jobenv import TaskRefused
@@ -46,7 +48,7 @@ def check_task(task) -> Environment:
 def _check(task) -> Environment:
     params = TaskParams.from_params(task.params)
     env = build_env(task.env, task.params)
-    want, have = params.env_version, env.pin
+    want, have = _canonical(params.env_version), _canonical(env.pin)
     if have is None and want is not None:
         raise TaskRefused(f"refused: environment {task.env!r} is built into swarm, but the task pins "
                           f"env_version {want!r}")
@@ -59,6 +61,14 @@ def _check(task) -> Environment:
                           f"run `pip install '{want}'` and restart the node")
     check_model(task.model, params.model_hash)
     return env
+
+
+def _canonical(pin: str | None) -> str | None:
+    """'Reasoning_Gym==0.1.25' -> 'reasoning-gym==0.1.25': distribution names compare as pip compares them."""
+    if pin is None:
+        return None
+    name, _, version = pin.partition("==")
+    return re.sub(r"[-_.]+", "-", name).lower() + "==" + version
 
 
 def build_env(name: str, params) -> Environment:

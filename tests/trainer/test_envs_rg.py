@@ -100,6 +100,8 @@ def test_the_generator_version_is_pinned():
     assert pins_for("builtin:digit-sort-tiny", "reasoning-gym:basic_arithmetic", params) == {"env_version": VERSION}
     assert pins_for("builtin:digit-sort-tiny", "digit-sort", {}) == {}
     assert task_env(_spec({**params, "env_version": VERSION})).pin == VERSION
+    assert task_env(_spec({**params, "env_version": VERSION.replace("reasoning-gym", "Reasoning_Gym")},
+                          task_id="spelt")).pin == VERSION  # names compare as pip compares them
     with pytest.raises(TaskRefused, match=r"needs reasoning-gym==0\.1\.24, this peer has .*pip install 'reasoning-gym==0\.1\.24'"):
         task_env(_spec({**params, "env_version": "reasoning-gym==0.1.24"}, task_id="old"))
     with pytest.raises(TaskRefused, match="does not pin its version"):

@@ -44,6 +44,25 @@ def test_a_cached_model_resolves_and_loads_offline(cache, tiny_dir):
     assert len(hfmodel.content_hash(directory)) == 48
 
 
+def test_the_content_hash_covers_what_the_loader_reads(tiny_dir, tmp_path):
+    """Files the loader never reads (a README, pickled weights, a repo's sub-folders) do not change it;
+    any byte of a model file, or a file's name, does."""
+    import shutil
+
+    copy = shutil.copytree(tiny_dir, tmp_path / "copy")
+    base = hfmodel.content_hash(copy)
+    (copy / "README.md").write_text("hello")
+    (copy / "pytorch_model.bin").write_bytes(b"pickle")
+    (copy / "onnx").mkdir()
+    (copy / "onnx" / "config.json").write_text("{}")
+    assert hfmodel.content_hash(copy) == base
+    (copy / "extra.json").write_text("{}")
+    assert hfmodel.content_hash(copy) != base
+    (copy / "extra.json").unlink()
+    (copy / "config.json").write_text((copy / "config.json").read_text() + " ")
+    assert hfmodel.content_hash(copy) != base
+
+
 def test_names_must_pin_a_commit():
     for bad in ("hf:swarm-test/tiny", "hf:swarm-test/tiny@main", "hf:tiny@" + REVISION, "hf:a/b@" + "0" * 39):
         with pytest.raises(PolicyError, match="40-hex commit"):
@@ -132,5 +151,8 @@ def test_weights_that_do_not_load_refuse_the_task(cache, tmp_path):
     with pytest.raises(TaskRefused, match="refused: .*not a valid safetensors file.*delete it from the cache and run "
                                           "`hf download swarm-test/broken"):
         JobWorker(tmp_path / "blobs", tmp_path / "state").run("init", InitJob(TaskSpec("b", name, "digit-sort", params), 0))
+    (tmp_path / "empty").mkdir()
     with pytest.raises(ModelLoadError, match="holds no model files"):
-        hfmodel.content_hash(tmp_path / "state")
+        hfmodel.content_hash(tmp_path / "empty")
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        hfmodel.content_hash(tmp_path / "nowhere")
