@@ -8,34 +8,40 @@ import sys
 
 import pytest
 
-from swarm.jobs import TaskSpec
 from trainer import envs_rg
 from trainer.envs import EnvError, get_env
 from trainer.envs_rg import extract_answer
-from trainer.jobenv import TaskRefused, task_env
-from trainer.pins import pins_for
+
+# (the job-side imports are inside the tests: the cross-process test's child imports only this module
+# and trainer.envs, not torch)
 
 EASY = {"basic_arithmetic.max_terms": 2, "basic_arithmetic.max_digits": 1}
-MIX = "reasoning-gym:basic_arithmetic,chain_sum,leg_counting,base_conversion,propositional_logic"
+# RL Swarm's mix (arc_1d ... propositional_logic) and two more: prompts, answers and scores must be the
+# same in every process
+MIX_TASKS = ("arc_1d", "basic_arithmetic", "base_conversion", "bf", "binary_matrix", "calendar_arithmetic",
+             "decimal_arithmetic", "fraction_simplification", "propositional_logic", "chain_sum", "leg_counting")
+MIX = {f"{t}.weight": 1 for t in MIX_TASKS}
 VERSION = f"reasoning-gym=={envs_rg.installed_version()}"
 
 
 def _digest(env_name: str, options: dict, n: int = 40) -> list:
     env = get_env(env_name, options)
-    return [(p.text, p.answer) for p in (env.prompt(i, s) for s in ("train", "heldout") for i in range(n))]
+    return [(p.text, p.answer, env.reward(p, f"<answer>{p.answer}</answer>"), env.reward(p, "<answer>1</answer>"))
+            for p in (env.prompt(i, s) for s in ("train", "heldout") for i in range(n))]
 
 
 def test_prompts_are_the_same_in_any_process():
     """Every peer rebuilds prompt i from (task, split, i) alone: another process, with another
     string-hash seed (set iteration order), makes the same prompts and answers."""
     code = ("import json, sys; from tests.trainer.test_envs_rg import _digest, MIX; "
-            "print(json.dumps(_digest(MIX, {})))")
-    here = _digest(MIX, {})
+            "print('\\n' + json.dumps(_digest('reasoning-gym:mix', MIX)))")  # bf prints progress dots
+    here = _digest("reasoning-gym:mix", MIX)
     for seed in ("1",):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "PYTHONHASHSEED": seed}, timeout=120).stdout
-        assert [tuple(x) for x in json.loads(out)] == here
-    assert len({t for t, _ in here}) > 70  # 80 prompts, hardly any repeated
+        assert [tuple(x) for x in json.loads(out.splitlines()[-1])] == here
+    assert len({t for t, *_ in here}) > 70  # 80 prompts, hardly any repeated
+    assert {p.data[0] for p in map(get_env("reasoning-gym:mix", MIX).prompt, range(120))} == set(MIX_TASKS)
 
 
 def test_splits_are_disjoint_and_mixed_by_weight():
@@ -92,10 +98,15 @@ def test_bad_names_and_options_say_what_is_wrong():
 
 
 def _spec(params, env="reasoning-gym:basic_arithmetic", task_id="rg"):
+    from swarm.jobs import TaskSpec
+
     return TaskSpec(task_id, "builtin:digit-sort-tiny", env, params)
 
 
 def test_the_generator_version_is_pinned():
+    from trainer.jobenv import TaskRefused, task_env
+    from trainer.pins import pins_for
+
     params = {f"env.{k}": v for k, v in EASY.items()}
     assert pins_for("builtin:digit-sort-tiny", "reasoning-gym:basic_arithmetic", params) == {"env_version": VERSION}
     assert pins_for("builtin:digit-sort-tiny", "digit-sort", {}) == {}
@@ -111,6 +122,8 @@ def test_the_generator_version_is_pinned():
 
 
 def test_a_missing_generator_package_refuses_with_what_to_install(monkeypatch):
+    from trainer.jobenv import TaskRefused, task_env
+
     monkeypatch.setattr(envs_rg, "installed_version", lambda: None)
     with pytest.raises(TaskRefused, match=r"not installed.*pip install 'reasoning-gym==0\.1\.25'"):
         task_env(_spec({"env_version": "reasoning-gym==0.1.25"}, task_id="missing"))
