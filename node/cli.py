@@ -220,14 +220,16 @@ def cmd_task(args) -> int:
     import tomllib
 
     from node.control import ControlError, call
-    from node.taskfile import EXAMPLE
+    from node.taskfile import EXAMPLE, TaskFileError, fill_pins
     path = args.file or EXAMPLE
     try:
-        table = tomllib.loads(path.read_text())
+        table = fill_pins(tomllib.loads(path.read_text()), where=str(path))
     except FileNotFoundError:
         return _fail(f"{path}: no such file (the built-in example is {EXAMPLE})")
     except tomllib.TOMLDecodeError as exc:
         return _fail(f"{path}: not valid TOML: {exc}")
+    except TaskFileError as exc:
+        return _fail(str(exc))
     try:
         result = call(args.data_dir, "announce-task", {"task": table})
     except ControlError as exc:

@@ -20,7 +20,7 @@ from node.control import ControlError, call, call_when_up
 from node.keeper import Keeper
 from node.procs import start_peer, stop_processes
 from node.records import read_records
-from node.taskfile import EXAMPLE
+from node.taskfile import EXAMPLE, TaskFileError, fill_pins
 from swarm.forkchoice import chain_key
 from swarm.stats import percentile
 from trainer.fsutil import write_atomic
@@ -85,7 +85,12 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
                 _say(f"the resumed task names {len(table['task'].get('trainers', ['self']))} trainer(s), "
                      f"not --trainers {trainers}")
         else:
-            table, created_at = tomllib.loads(Path(task_file or EXAMPLE).read_text()), time.time()
+            path = Path(task_file or EXAMPLE)
+            try:
+                table, created_at = fill_pins(tomllib.loads(path.read_text()), where=str(path)), time.time()
+            except TaskFileError as exc:  # this node cannot run its own task: say what to install or fetch
+                _say(f"not announcing: {exc}")
+                return 1
             if trainers > 1:  # ranked: peer0 (the announcer, "self") first, then peer1 .. peer K-1
                 table["task"]["trainers"] = ["self"] + [call_when_up(dirs[i], "status")["peer_id"]
                                                         for i in range(1, trainers)]
@@ -236,6 +241,11 @@ def _show_failures(dirs: list[Path], seen: dict[tuple, int]) -> None:
     """Print each distinct failed job once (a task naming a model nobody has, an environment that
     raises, ...), then how often it repeated: the peers retry, the operator should see why."""
     for i, d in enumerate(dirs):
+        for r in read_records(d, "task-refused"):  # said once: the peer does no more work for the task
+            key = (i, "refused", str(r.get("task_id")), str(r.get("role")))
+            if key not in seen:
+                seen[key] = 1
+                _say(f"peer{i} ({r.get('role')}) refuses task {r.get('task_id')}: {r.get('reason')}")
         counts: dict[tuple, int] = {}
         for r in read_records(d, "job-failed"):
             key = (i, r.get("kind"), str(r.get("error")))

@@ -19,6 +19,10 @@ def render_status(snap: dict) -> str:
     lines.append(f"tasks: {len(tasks)}")
     for t in tasks:
         lines.append(f"  {t['task_id']}  {t['name']}  model={t['model']}  env={t['env']}  async_level={t['async_level']}")
+        for role, work in sorted(snap.get("work", {}).items()):
+            reason = (work.get(t["task_id"]) or {}).get("refused") if isinstance(work, dict) else None
+            if reason:  # this node cannot work on the task as signed: what to install or fetch
+                lines.append(f"    {role} REFUSED: {reason}")
     msgs = snap.get("messages", {})
     rejected = ", ".join(f"{k} {v}" for k, v in msgs.get("rejected", {}).items()) or "none"
     lines.append(f"messages: accepted {msgs.get('accepted', 0)}; rejected: {rejected}")

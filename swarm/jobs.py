@@ -20,6 +20,17 @@ VERIFY = "verify"  # validator: re-check a committed rollout batch (proofs issue
 UNPACK = "unpack"  # any follower: rebuild a version from its verified shards (and its parent) as a blob
 KINDS = (INIT, GENERATE, TRAIN, VERIFY, UNPACK)  # every kind a role emits
 
+# A job error that starts with this: the peer cannot work on the task as signed (an environment, a
+# generator version or a model it lacks or holds in another version: trainer/pins.py). The role stops
+# working on that task (no more jobs for it) and says why once (`task-refused`); a node restarted after
+# installing or fetching what was missing tries again.
+REFUSED = "refused: "
+
+
+def refused(error: str) -> bool:
+    return isinstance(error, str) and error.startswith(REFUSED)
+
+
 # How a job process may be told to cheat (`swarm-node start --malicious KIND`, for demonstrations and
 # tests; trainer/cheats.py does it). The core never knows: a malicious peer runs the honest protocol
 # around dishonest jobs, exactly what an attacker with a modified job process would do.

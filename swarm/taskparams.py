@@ -5,10 +5,17 @@ when the scenario loads, and a task announcement from the network when it arrive
 an unknown key or a bad value refuses the task with a reason naming the key, never a silent default,
 because every peer must read a signed task the same way. A trainer setting left out (None) means the
 trainer's own default (trainer/grpo.py `GRPOConfig`, trainer/warmup.py, trainer/versions.py).
+
+Keys `env.<...>` are the environment's own options (`env_options`): their meaning belongs to the
+environment, which the job process builds (trainer/envs.py), so here they are only checked to be
+scalars under a non-empty name. What the core cannot check (is this generator or model installed,
+at the pinned version, with the pinned content) the job process checks before any work, and refuses
+the task with what to install or fetch (trainer/pins.py).
 """
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Literal
 
@@ -20,6 +27,8 @@ from swarm.settings import Settings, explain
 
 MAX_SHARD_SIZE = 64 << 20
 MIN_PIECE_SIZE = 256  # trainer/weights/manifest.py refuses smaller pieces
+ENV_PREFIX = "env."  # task params under it are the environment's options
+HF_MODEL = re.compile(r"hf:[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*@[0-9a-f]{40}")
 
 
 class ParamError(ValueError):
@@ -82,6 +91,13 @@ class TaskParams(Settings):
     piece_size: int | None = Field(None, ge=MIN_PIECE_SIZE, description="bytes per requested piece of a shard")
     full_every: int | None = Field(None, ge=1, description="a full version after this many deltas")
     weights_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype weights travel in")
+    # ---- what the job process must have installed (trainer/pins.py)
+    env_version: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$",
+                                    description="<distribution>==<version> of the package that makes the "
+                                                "environment's prompts and rewards (required for any env not built in)")
+    model_hash: str | None = Field(None, pattern=r"^[0-9a-f]{48}$",
+                                   description="content hash of the base model's files (trainer/hfmodel.py "
+                                               "content_hash; required for hf: models)")
 
     @property
     def takeover_s(self) -> float:
@@ -97,18 +113,41 @@ class TaskParams(Settings):
 
     @classmethod
     def of(cls, task: TaskAnnouncement) -> "TaskParams":
-        """task.params checked (raises ParamError naming the key)."""
-        return cls.from_params(task.params)
+        """task.params checked, with what they require of the task's model (raises ParamError naming the key)."""
+        params = cls.from_params(task.params)
+        check_model(task.model, params)
+        return params
 
     @classmethod
     def from_params(cls, params) -> "TaskParams":
         """`of` for a bare params mapping (what a job's TaskSpec carries). Parsed once per distinct table."""
         # the key holds each value's type: True == 1 and 16.0 == 16, but only one of each is valid
-        return _parse(tuple((key, type(value), value) for key, value in params.items()))
+        return _parse(tuple((key, type(value), value) for key, value in params.items()
+                            if not key.startswith(ENV_PREFIX)), tuple(k for k in params if k.startswith(ENV_PREFIX)))
+
+
+def env_options(params) -> dict:
+    """The environment's options: the `env.*` params, prefix removed."""
+    return {key[len(ENV_PREFIX):]: value for key, value in params.items() if key.startswith(ENV_PREFIX)}
+
+
+def check_model(model: str, params: TaskParams) -> None:
+    """What the params must say about the model: an `hf:` name is ORG/NAME@<40-hex commit> and comes
+    with its `model_hash`, so every peer loads the same bytes (ParamError otherwise)."""
+    if model.startswith("hf:"):
+        if not HF_MODEL.fullmatch(model):
+            raise ParamError(f"model {model!r}: write hf:ORG/NAME@REVISION with REVISION a full 40-hex commit id")
+        if params.model_hash is None:
+            raise ParamError(f"model {model!r}: task param model_hash (the files' content hash) is required "
+                             "for hf: models; `swarm-node task announce` fills it in from this node's copy")
 
 
 @lru_cache(maxsize=64)
-def _parse(items: tuple) -> TaskParams:
+def _parse(items: tuple, env_keys: tuple = ()) -> TaskParams:
+    for key in env_keys:
+        if key == ENV_PREFIX or key.endswith(".") or ".." in key:
+            raise ParamError(f"task param {key!r}: environment options are env.<name> (env.<task>.<option> "
+                             "for reasoning-gym)")
     try:
         return TaskParams.model_validate({key: value for key, _, value in items})
     except ValidationError as exc:

@@ -105,13 +105,13 @@ class Cheater:
     def _easiest(self, job: jobs.GenerateJob, count: int) -> tuple[int, ...]:
         """The `count` prompts of the pool with the shortest answers (for digit sorting: the fewest
         digits), a different slice each batch so the batches are not identical."""
-        env = task_env(job.task.env)
+        env = task_env(job.task)
         pool = sorted(range(CHERRY_POOL), key=lambda i: (len(env.prompt(i, "train").answer), i))
         start = (job.version * 7 + sum(job.prompt_indices)) % (CHERRY_POOL // 2)
         return tuple(sorted(pool[start:start + count]))
 
     def _fabricate(self, honest, job, model, tokenizer, samples):
-        env = task_env(job.task.env)
+        env = task_env(job.task)
         eos = tokenizer.eos_token_id
         failed = [k for k, s in enumerate(samples) if s.reward < 1.0]
         answers = {k: list(tokenizer(env.prompt(samples[k].prompt_index, "train").answer,

@@ -4,6 +4,17 @@ Prompt `i` of a split is generated from blake2b(env name, split, i), so every pe
 prompt from the index alone and a validator can recompute rewards without trusting anyone.
 Splits are disjoint by construction: a held-out prompt whose text also occurs in the training split
 space is skipped (see `DigitSort`), so held-out accuracy measures generalisation.
+
+Where an environment comes from, by its name (`get_env`):
+  - built in: "digit-sort", "chat-add" (below);
+  - "reasoning-gym:<task>[,<task>...]" or "reasoning-gym:mix": reasoning-gym's generators
+    (trainer/envs_rg.py);
+  - "<family>[:<spec>]": a plugin, i.e. an entry point named <family> in the `swarm.environments`
+    group of any installed package (docs/operating.md has a worked example).
+An environment built from a package carries `pin`, "<distribution>==<version>" of the package whose
+code makes its prompts and rewards: a signed task names it (task param `env_version`) and a peer
+with another version refuses the task (trainer/pins.py), since honest peers that generate or score
+differently would fail each other's checks.
 """
 
 from __future__ import annotations
@@ -11,9 +22,16 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 SPLITS = ("train", "heldout")
+PLUGIN_GROUP = "swarm.environments"  # entry points: name = environment family, value = factory(spec, options)
+
+
+class EnvError(ValueError):
+    """An environment cannot be built on this peer (unknown name, a package missing, a bad option);
+    the message says what to install or change."""
 
 
 def prompt_rng(env: str, split: str, index: int) -> random.Random:
@@ -35,6 +53,7 @@ class Prompt:
     index: int
     text: str
     answer: str
+    data: Any = field(default=None, compare=False, repr=False)  # the generator's own record, for its scorer
 
 
 class Environment:
@@ -43,6 +62,7 @@ class Environment:
     name: str = ""
     chat: bool = False  # wrap the prompt in the tokenizer's chat template
     n_prompts: int = 1 << 30  # size of the index space assignment draws from
+    pin: str | None = None  # "<distribution>==<version>" whose code makes prompts and rewards; None: built in
 
     def prompt(self, index: int, split: str = "train") -> Prompt:
         raise NotImplementedError
@@ -81,7 +101,7 @@ class DigitSort(Environment):
         while True:
             n = rng.randint(self.min_len, self.max_len)
             digits = "".join(rng.choice("0123456789") for _ in range(n))
-            if _split_of(digits) == split:
+            if split_of(digits) == split:
                 return Prompt(self.name, split, index, digits + ">", "".join(sorted(digits)))
 
     def reward(self, prompt: Prompt, completion_text: str, finished: bool = True) -> float:
@@ -92,7 +112,8 @@ class DigitSort(Environment):
         return 1.0 if ok else 0.0
 
 
-def _split_of(text: str) -> str:
+def split_of(text: str) -> str:
+    """'train' or 'heldout' by the parity of the text's blake2b: the two splits never share a text."""
     parity = hashlib.blake2b(text.encode(), digest_size=1).digest()[0] & 1
     return "train" if parity == 0 else "heldout"
 
@@ -110,7 +131,7 @@ class ChatArithmetic(Environment):
         rng = prompt_rng(self.name, split, index)
         while True:
             a, b = rng.randint(0, 50), rng.randint(0, 50)
-            if _split_of(f"{a}+{b}") == split:
+            if split_of(f"{a}+{b}") == split:
                 text = f"What is {a} + {b}? Reply with only the number."
                 return Prompt(self.name, split, index, text, str(a + b))
 
@@ -122,12 +143,59 @@ class ChatArithmetic(Environment):
         return 1.0 if finished and completion_text.strip() == prompt.answer else 0.0
 
 
-ENVIRONMENTS = {cls.name: cls for cls in (DigitSort, ChatArithmetic)}
+ENVIRONMENTS = {cls.name: cls for cls in (DigitSort, ChatArithmetic)}  # built in: no pin, no options
 
 
-def get_env(name: str) -> Environment:
-    """Environment by name, e.g. 'digit-sort' or 'chat-add'."""
-    try:
+def get_env(name: str, options: dict | None = None) -> Environment:
+    """Environment by name, e.g. 'digit-sort', 'reasoning-gym:basic_arithmetic' or a plugin's name;
+    `options` are the task's `env.*` params without the prefix. EnvError says what is missing."""
+    options = dict(options or {})
+    if name in ENVIRONMENTS:
+        if options:
+            raise EnvError(f"environment {name!r} takes no options, got env.{sorted(options)[0]}")
         return ENVIRONMENTS[name]()
-    except KeyError:
-        raise ValueError(f"unknown environment {name!r}; known: {sorted(ENVIRONMENTS)}") from None
+    family, _, spec = name.partition(":")
+    if family == "reasoning-gym":
+        from trainer.envs_rg import make_reasoning_gym
+
+        return make_reasoning_gym(name, spec, options)
+    entry = plugins().get(family)
+    if entry is None:
+        raise EnvError(f"unknown environment {name!r}: not built in ({', '.join(sorted(ENVIRONMENTS))}, "
+                       f"reasoning-gym:<task>) and no installed package registers {family!r} in the "
+                       f"{PLUGIN_GROUP!r} entry-point group (installed: {sorted(plugins()) or 'none'}); "
+                       "install the package that provides it")
+    return _from_plugin(name, spec, options, entry)
+
+
+def plugins() -> dict:
+    """Installed environment plugins: family name -> its importlib.metadata EntryPoint."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=PLUGIN_GROUP)}
+
+
+def _from_plugin(name: str, spec: str, options: dict, entry) -> Environment:
+    dist = getattr(entry, "dist", None)
+    where = f"{entry.value} (package {dist.name if dist else '?'})"
+    try:
+        factory = entry.load()
+    except Exception as exc:  # a broken plugin is its package's failure, never ours
+        raise EnvError(f"environment {name!r}: loading {where} failed: {type(exc).__name__}: {exc}; "
+                       "reinstall that package") from None
+    try:
+        env = factory(spec, options)
+    except EnvError:
+        raise
+    except Exception as exc:
+        raise EnvError(f"environment {name!r}: {where} refused spec {spec!r} and options "
+                       f"{sorted(options)}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(env, Environment):
+        raise EnvError(f"environment {name!r}: {where} returned {type(env).__name__}, not a "
+                       "trainer.envs.Environment")
+    if env.pin is None:
+        if dist is None:
+            raise EnvError(f"environment {name!r}: cannot tell which package provides {entry.value}")
+        env.pin = f"{dist.name}=={dist.version}"
+    env.name = name
+    return env

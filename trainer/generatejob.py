@@ -35,7 +35,7 @@ class GenerateJobs:
         """`samples_per_prompt` seeded completions per assigned prompt, scored, each with its TOPLOC
         proof, stored as one batch; `repeated` (nothing generated) for a slice this worker generated
         before a restart."""
-        task_env(job.task.env)
+        task_env(job.task)
         if not job.prompt_indices or job.samples_per_prompt < 1:
             raise JobError("generate: the job names no prompts or no samples per prompt")
         grpo_config(job.task.params)  # bad task params are an error, whether or not the slice is new
@@ -54,7 +54,7 @@ class GenerateJobs:
         """Seeded completions of `model` for prompts `indices`, scored, with proofs."""
         task = job.task
         cfg = grpo_config(task.params)
-        env = task_env(task.env)
+        env = task_env(task)
         prompts, prompt_ids = env_call(task.env, "building prompts", lambda: prompts_of(env, tokenizer, indices))
         seeds = [sample_seed(task.task_id, job.worker_key, job.version, i, s)
                  for i in indices for s in range(job.samples_per_prompt)]

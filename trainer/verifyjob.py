@@ -35,7 +35,7 @@ class VerifyJobs:
         from swarm.taskparams import TaskParams
 
         task = job.task
-        cfg, params, env = grpo_config(task.params), TaskParams.from_params(task.params), task_env(task.env)
+        cfg, params, env = grpo_config(task.params), TaskParams.from_params(task.params), task_env(task)
         claim = Claim(bytes(job.worker_key), job.version, tuple(job.prompt_indices), job.samples_per_prompt,
                       float(job.mean_reward), int(job.num_tokens))
         data = self.blobs.read(job.blob, "rollout batch")

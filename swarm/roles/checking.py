@@ -16,6 +16,7 @@ from gossip.hashing import blake2b256
 from gossip.messages import RolloutCommitment, Verdict
 from swarm import jobs, protocols
 from swarm.io import Emit, JobFinished, Respond, ResponseReceived, StoreBlob
+from swarm.roles import refusal
 
 PASSED = "ok"
 BLOB_TRIES = 3  # a blob fetch that fails (no link to the worker, a timeout, an error) is made this often in all
@@ -122,6 +123,7 @@ class CheckQueue:
         self.ctx, self.owner, self.spec, self.policy, self.capacity = ctx, owner, spec, policy, capacity
         self.checks: OrderedDict[bytes, Check] = OrderedDict()
         self.passed = self.failed = self.skipped = 0
+        self.refused = ""  # why this peer cannot check the task's batches (swarm/roles/refusal.py)
 
     @property
     def timer(self) -> str:
@@ -131,6 +133,8 @@ class CheckQueue:
         return len(self.checks) >= self.capacity
 
     def add(self, now: float, check: Check) -> list:
+        if self.refused:
+            return []
         while self.full():
             self.checks.popitem(last=False)
             self.skipped += 1
@@ -143,6 +147,8 @@ class CheckQueue:
         """A trainer's check request (the core checked who asks): accepted at once, checked as it can."""
         if signed.msg_id in self.checks:
             return [Respond(request_id, b"")]
+        if self.refused:  # the trainer asks another checker
+            return [Respond(request_id, error="refused")]
         if self.full():
             return [Respond(request_id, error="busy")]
         return [Respond(request_id, b"")] + self.add(now, Check(signed.message, signed.msg_id, worker, signed.signer))
@@ -183,6 +189,9 @@ class CheckQueue:
         check = self.checks.pop(commitment_id, None)
         if check is None:
             return []
+        if refusal.refuses(done):  # this peer cannot reproduce the task: it judges none of its batches
+            self.checks.clear()
+            return refusal.refuse(self, self.owner.name, done.error)
         if not done.ok:
             return [Emit("job-failed", {"task_id": self.spec.task_id, "kind": jobs.VERIFY, "error": done.error[:300]})]
         result: jobs.VerifyResult = done.result
@@ -196,4 +205,5 @@ class CheckQueue:
         return retry_blobs(self.ctx, self.owner, now, self.checks.values(), self.timer)
 
     def snapshot(self) -> dict:
-        return {"checking": len(self.checks), "passed": self.passed, "failed": self.failed, "skipped": self.skipped}
+        return {"checking": len(self.checks), "passed": self.passed, "failed": self.failed, "skipped": self.skipped,
+                "refused": self.refused or None}

@@ -201,7 +201,7 @@ def verify_more(ctx, role, now: float, state) -> list:
     slower on 2 cores); one job at a time lets the train job go first. With a quorum, what we check
     ourselves (spot checks, disputes, quorums that did not form) gates those batches, so it is
     checked whatever else is ready."""
-    if any(p.verifying for p in state.pending.values()):
+    if state.refused or any(p.verifying for p in state.pending.values()):
         return []
     gate = state.params.check_quorum and state.active
     have = sum(len(p.commitment.prompt_indices) for p in state.pending.values() if trainable(ctx, state, p))

@@ -29,7 +29,7 @@ from gossip.messages import RolloutCommitment, TensorEntry, TrainerCheckpoint, V
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking, quorum, standby, trainerstate
+from swarm.roles import checking, quorum, refusal, standby, trainerstate
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
@@ -74,6 +74,7 @@ class TrainerTask:
     resumed: bool = False  # a returning trainer that heard no chain and resumed its own (standby.py)
     states: Checkpoints | None = None  # trainer checkpoints published or fetched (trainerstate.py)
     resume_state: TrainerCheckpoint | None = None  # handed to the first train job after a takeover
+    refused: str = ""  # why this peer cannot train the task (a `refused: ...` job error): it stops there
 
 
 class TrainerRole(Role):
@@ -121,7 +122,7 @@ class TrainerRole(Role):
             if standby.beaten_by(state, msg.term, msg.rank):
                 effects = standby.step_down(self.ctx, self, now, state, msg.term, msg.rank)
             return effects + ([] if state.active else state.policy.on_manifest(self.ctx, self, now, msg, signer))
-        if not isinstance(msg, RolloutCommitment) or state is None:
+        if not isinstance(msg, RolloutCommitment) or state is None or state.refused:
             return []
         if not state.active:  # remembered (and with standby_checks, checked) to train on if we take over
             return standby.on_commitment(self.ctx, self, now, state, signed, signer)
@@ -194,7 +195,7 @@ class TrainerRole(Role):
     # ---- training
 
     def maybe_train(self, now: float, state: TrainerTask) -> list:
-        return self._start_step(now, state) + quorum.verify_more(self.ctx, self, now, state)
+        return [] if state.refused else self._start_step(now, state) + quorum.verify_more(self.ctx, self, now, state)
 
     def _start_step(self, now: float, state: TrainerTask) -> list:
         if state.busy or state.version < 0:
@@ -242,6 +243,9 @@ class TrainerRole(Role):
         state = self.tasks.get(task_id)
         if state is None:
             return []
+        if refusal.refuses(done):  # this peer cannot reproduce the task: no verdict, no step, nothing more
+            refusal.stop_trainer(state)
+            return refusal.refuse(state, self.name, done.error)
         if kind == jobs.VERIFY:
             return self._on_verify_finished(now, state, extra, done)
         state.busy = False
@@ -368,8 +372,8 @@ class TrainerRole(Role):
         if what == "announce" and state.version >= 0 and state.active:
             self.ctx.chain(task_id).own(now, state.term, state.rank, state.version)
             return self._announce(now, state, chain=True)
-        if what == "takeover":
-            return self._take_over(now, state)
+        if what == "takeover":  # not by a trainer that refused the task: the other standbys will
+            return [] if state.refused else self._take_over(now, state)
         if what == "resume":
             return standby.resume(self.ctx, self, now, state)
         if what == "refetch" and not state.active:
@@ -405,7 +409,7 @@ class TrainerRole(Role):
                           "rejected": s.rejected, "own_checks": s.own_checks, "by_quorum": s.by_quorum,
                           "trained_commitments": s.trained_commitments, "completions": s.completions,
                           "dropped": s.dropped, "history": list(s.history)[-64:],
-                          "checkpoint": s.states.snapshot()}
+                          "checkpoint": s.states.snapshot(), "refused": s.refused or None}
                 for task_id, s in sorted(self.tasks.items())}
 
 

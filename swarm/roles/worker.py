@@ -27,6 +27,7 @@ from gossip.messages import RolloutCommitment, WeightManifest
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, Respond, ResponseReceived
+from swarm.roles import refusal
 from swarm.roles.base import Role
 from swarm.roles.checking import CheckQueue
 from swarm.roles.follower import PolicyFollower
@@ -57,6 +58,7 @@ class WorkerTask:
     checks: CheckQueue | None = None  # what the trainer asks us to check (peer_checks)
     version_at: dict[int, float] = field(default_factory=dict)  # the newest versions -> when first announced
     last_step: int = 0  # prompts the newest version's step trained on (its manifest says)
+    refused: str = ""  # why this peer cannot work on the task (a `refused: ...` job error), once it said so
 
 
 class WorkerRole(Role):
@@ -112,7 +114,7 @@ class WorkerRole(Role):
 
     def _maybe_generate(self, now: float, state: WorkerTask) -> list:
         version = state.policy.newest_held()
-        if state.job_version is not None or version is None:
+        if state.job_version is not None or version is None or state.refused:
             return []
         if version < state.policy.latest - state.async_level:
             return []  # too stale to be trained on: wait for the fetch
@@ -187,6 +189,13 @@ class WorkerRole(Role):
         state = self.tasks.get(task_id)
         if state is None:
             return []
+        if refusal.refuses(done):  # no retry (it would be refused again), no generating, no checking
+            if version != jobs.VERIFY:
+                state.job_version = None
+            if state.checks:
+                state.checks.checks.clear()
+                state.checks.refused = state.checks.refused or done.error[:refusal.MAX_REASON]
+            return refusal.refuse(state, self.name, done.error)
         if version == jobs.VERIFY:  # a check we were asked for (tag: task, VERIFY, commitment id)
             return state.checks.finished(now, indices, done) if state.checks else []
         state.job_version = None
@@ -231,5 +240,5 @@ class WorkerRole(Role):
         return {task_id: {"latest_version": s.policy.latest, "held_versions": sorted(s.policy.held),
                           "generating": s.job_version is not None, "commitments": s.commitments,
                           "completions": s.completions, "failures": s.failures, "last_reward": s.last_reward,
-                          **({"checks": s.checks.snapshot()} if s.checks else {})}
+                          "refused": s.refused or None, **({"checks": s.checks.snapshot()} if s.checks else {})}
                 for task_id, s in sorted(self.tasks.items())}

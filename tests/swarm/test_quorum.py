@@ -62,3 +62,32 @@ def test_a_verdict_contradicting_the_trainers_check_is_found_in_either_order():
     o.checked(b"b", True, "ok")
     assert [who for who, _ in o.heard(b"b", "failer", False, "reward")] == ["failer"]
     assert o.heard(b"b", "saw-it-first", False, errors.DUPLICATE) == []  # not a contradiction
+
+
+
+def test_a_checker_that_refused_the_task_answers_refused():
+    """A checker whose job process refused the task (trainer/pins.py) judges none of its batches: the
+    checks it holds are dropped and new check requests are answered 'refused' (the trainer then asks
+    another checker: quorum.refused), for a validator and for a worker asked under peer_checks alike."""
+    from swarm.io import JobFinished
+
+    for roles, params in ((("validator",), {}), (("worker",), {"peer_checks": True})):
+        core, commitment = checker(roles=roles, **params)
+        assert Respond(7, b"") in ask(core, ALICE.peer_id, commitment.wire)
+        state = next(iter(core.roles[0].tasks.values()))
+        queue = getattr(state, "queue", None) or state.checks
+        assert list(queue.checks) == [commitment.msg_id]
+        reason = "refused: the task's environment needs reasoning-gym==0.1.25, this peer has reasoning-gym==0.1.24"
+        out = core.roles[0].on_job_finished(T0 + 2, (state_id(core), "verify", commitment.msg_id),
+                                            JobFinished(1, False, None, reason))
+        assert [e.fields for e in out if isinstance(e, Emit)] == [
+            {"task_id": state_id(core), "role": roles[0], "reason": reason}]
+        assert not queue.checks and queue.snapshot()["refused"] == reason
+        other = seal(CAROL, RolloutCommitment(task_id=state_id(core), policy_version=0, created_at=T0,
+                                              blob_hash=bytes(32), blob_size=100, prompt_indices=(3, 4),
+                                              samples_per_prompt=16, num_tokens=40, mean_reward=0.5))
+        assert ask(core, ALICE.peer_id, other.wire) == [Respond(7, error="refused")]
+
+
+def state_id(core) -> str:
+    return next(iter(core.roles[0].tasks))

@@ -344,3 +344,70 @@ def test_roles_reach_the_peer_only_through_their_context():
     for path in sorted(Path(swarm.roles.__file__).parent.glob("*.py")):
         source = path.read_text()
         assert not re.search(r"\bcore\.|\bctx\._|\._[a-z]\w*\(", source.replace("self._", "")), path.name
+
+
+def test_a_peer_that_refuses_the_task_stops_working_on_it_and_the_others_go_on():
+    """A job error starting 'refused: ' (trainer/pins.py: another generator version, other weights)
+    stops that peer's role for the task: one task-refused event, no retries, no verdicts from it,
+    and no penalty for anyone; the other workers keep training."""
+    net, trainer, workers, task_id = swarm(n_workers=3)
+    odd = workers[0].peer_id
+    real_jobs = net.jobs
+    reason = ("refused: the task's environment 'reasoning-gym:x' needs reasoning-gym==0.1.25, this peer has "
+              "reasoning-gym==0.1.24" + " (details)" * 40 + ": run `pip install 'reasoning-gym==0.1.25'`")
+
+    def jobs_of(peer, job):
+        if peer == odd:
+            return False, None, reason, {}
+        return real_jobs(peer, job)
+    net.jobs = jobs_of
+    net.run_for(40)
+    refused = net.events_named("task-refused")
+    assert refused == [(odd, {"task_id": task_id, "role": "worker", "reason": reason})]
+    # refused once, never asked again (it still follows and relays the versions: unpack jobs)
+    assert [run.kind for peer, run in net.jobs_run if peer == odd and run.kind != jobs.UNPACK] == [jobs.GENERATE]
+    assert not [f for p, f in net.events_named("job-failed") if p == odd]
+    assert workers[0].snapshot(net.now)["work"]["worker"][task_id]["refused"] == reason
+    assert trainer.snapshot(net.now)["work"]["trainer"][task_id]["version"] >= 3
+    assert not trainer.ledger.banned_peers() and not workers[1].ledger.banned_peers()
+
+
+def test_a_trainer_that_refuses_the_task_starts_nothing_more():
+    trainer_id = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1).peer_id
+    net, trainer, workers, task_id = swarm(n_workers=1, executor=lambda peer, job: (
+        (False, None, "refused: model 'hf:a/b@x' is not in the cache", {}) if peer == trainer_id
+        else fake_jobs(peer, job)))
+    net.run_for(30)
+    assert [p for p, _ in net.events_named("task-refused")] == [trainer.peer_id]
+    assert [run.kind for peer, run in net.jobs_run if peer == trainer.peer_id] == [jobs.INIT]
+    work = trainer.snapshot(net.now)["work"]["trainer"][task_id]
+    assert work["version"] == -1 and work["refused"].startswith("refused: model")
+    assert not net.events_named("job-failed")
+
+
+def test_a_validator_that_refuses_the_task_judges_nothing():
+    """A trusted validator whose generator differs from the task's would fail honest batches: its
+    verify job is refused instead, and it publishes no verdict at all; the swarm trains on."""
+    trainer = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1)
+    validator = PeerCore(Identity(b"\x09" * 32), CoreConfig(roles=("validator",)), seed=9)
+    workers = [PeerCore(Identity(bytes([i + 2]) * 32), CoreConfig(roles=("worker",)), seed=i + 2) for i in range(2)]
+    net = MemoryNet([trainer, validator, *workers], T0)
+    net.jobs = lambda peer, job: ((False, None, "refused: needs reasoning-gym==0.1.25, this peer has 0.1.24", {})
+                                  if peer == validator.peer_id else fake_jobs(peer, job))
+    net.start()
+    for other in [validator, *workers]:
+        net.connect(trainer.peer_id, other.peer_id)
+    net.run_for(3)
+    t = task(trainer_keys=(trainer.identity.public_key,), validator_keys=(validator.identity.public_key,),
+             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    net.run_for(30)
+    work = validator.snapshot(net.now)["work"]["validator"][t.task_id]
+    assert work["refused"].startswith("refused: needs") and work["passed"] == work["failed"] == 0
+    assert [p for p, _ in net.events_named("task-refused")] == [validator.peer_id]
+    started = [run.kind for p, run in net.jobs_run if p == validator.peer_id and run.kind != jobs.UNPACK]
+    assert set(started) == {jobs.VERIFY}  # the ones already running when the first answer came
+    net.run_for(20)
+    assert len([1 for p, run in net.jobs_run if p == validator.peer_id and run.kind != jobs.UNPACK]) == len(started)
+    assert not any(c.ledger.banned_peers() for c in [trainer, validator, *workers])
+    assert trainer.snapshot(net.now)["work"]["trainer"][t.task_id]["version"] >= 3
