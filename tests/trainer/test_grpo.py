@@ -251,7 +251,10 @@ def test_grpo_step_decoupled_on_fresh_rollouts_takes_the_on_policy_step(builtin)
         results.append((stats, [p.detach().clone() for p in m.parameters()]))
     (s_on, w_on), (s_dec, w_dec) = results
     assert "stale_weight_mean" not in s_on and s_dec["stale_weight_mean"] == pytest.approx(1.0, abs=1e-6)
-    assert max(float((a - b).abs().max()) for a, b in zip(w_on, w_dec)) < 1e-7
+    # AdamW moves every parameter by about lr whatever its gradient's size, so a component whose gradient
+    # is float noise in both runs may differ by a small fraction of lr (2.6e-5 at lr 1e-3 on one EPYC's
+    # kernels, 0 on another's); a wrong proximal policy moves the weights apart by about lr
+    assert max(float((a - b).abs().max()) for a, b in zip(w_on, w_dec)) < 0.05 * cfg.lr
     assert any(not torch.equal(a, b) for a, b in zip(w_on, [p.detach() for p in create_builtin_model(4)[0].parameters()]))
 
 
