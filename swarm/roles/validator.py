@@ -11,12 +11,12 @@ what other peers act on.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm.context import RoleContext
 from swarm.io import JobFinished, Respond, ResponseReceived
+from swarm.roles import quorum
 from swarm.roles.base import Role
 from swarm.roles.checking import Check, CheckQueue
 from swarm.roles.follower import PolicyFollower
@@ -47,9 +47,7 @@ class ValidatorRole(Role):
         return []
 
     def chooses(self, state: ValidatorTask, commitment_id: bytes) -> bool:
-        signature = self.ctx.sign(b"swarm/validate-choice/1\x00" + commitment_id)
-        draw = int.from_bytes(hashlib.blake2b(signature, digest_size=8).digest(), "big") / 2**64
-        return draw < state.params.validate_fraction
+        return quorum.draw(self.ctx, b"validate-choice", commitment_id) < state.params.validate_fraction
 
     def on_message(self, now, signed, signer) -> list:
         msg = signed.message
