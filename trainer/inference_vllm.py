@@ -76,13 +76,14 @@ def _gumbel_processor_class():
     class GumbelProcessor(LogitsProcessor):
         """Adds the seeded Gumbel noise of `trainer.inference.gumbel_noise` to each request's row.
 
-        State per batch row: [generator, temperature, output ids (vLLM's live list), draws made].
-        A row's t-th step uses the t-th draw: a request re-added after preemption fast-forwards its
-        fresh generator past the tokens it already has, so the stream never depends on scheduling.
+        The noise for a request's token t is its generator's t-th draw, t = the number of tokens the
+        request has (vLLM's live output list), whatever the scheduling: a step whose sample vLLM
+        discards (a prompt prefilled in chunks) reuses the draw, and a request re-added after
+        preemption starts a new generator and skips the draws of the tokens it has.
+        State per batch row: [generator, temperature, output ids, draws made, (t, noise) of the last].
         """
 
         def __init__(self, vllm_config, device: torch.device, is_pin_memory: bool) -> None:
-            self.device = device
             self.rows: dict[int, list] = {}
 
         def is_argmax_invariant(self) -> bool:
@@ -100,21 +101,24 @@ def _gumbel_processor_class():
                 args = params.extra_args or {}
                 if SEED_ARG not in args:
                     return None
-                return [torch.Generator().manual_seed(int(args[SEED_ARG])), float(args[TEMPERATURE_ARG]),
-                        output_ids, 0]
+                return [int(args[SEED_ARG]), float(args[TEMPERATURE_ARG]), output_ids, None, 0, (-1, None)]
 
             process_dict_updates(self.rows, batch_update, new_state)
 
         def apply(self, logits: torch.Tensor) -> torch.Tensor:
             vocab = logits.shape[-1]
             for row, state in self.rows.items():
-                generator, temperature, output_ids, drawn = state
-                while drawn < len(output_ids):  # tokens this request got before it was (re)added
-                    torch.rand(vocab, generator=generator, dtype=torch.float32)
-                    drawn += 1
-                u = torch.rand(vocab, generator=generator, dtype=torch.float32)
-                state[3] = drawn + 1
-                noise = -torch.log(-torch.log(u.clamp_min(1e-20)))  # trainer.inference.gumbel_noise
+                seed, temperature, output_ids, generator, drawn, (last_t, noise) = state
+                t = len(output_ids)
+                if t != last_t:
+                    if generator is None or drawn > t:
+                        generator, drawn = torch.Generator().manual_seed(seed), 0
+                    while drawn < t:
+                        torch.rand(vocab, generator=generator, dtype=torch.float32)
+                        drawn += 1
+                    u = torch.rand(vocab, generator=generator, dtype=torch.float32)
+                    noise = -torch.log(-torch.log(u.clamp_min(1e-20)))  # trainer.inference.gumbel_noise
+                    state[3:] = [generator, drawn + 1, (t, noise)]
                 logits[row] = logits[row].float() / temperature + noise.to(logits.device)
             return logits
 
@@ -144,6 +148,7 @@ class LlmEngine:
             max_num_batched_tokens=max(2048, self.max_model_len),
             logprobs_mode="raw_logprobs", logits_processors=[_gumbel_processor_class()],
             enforce_eager=True, gpu_memory_utilization=gpu_memory_utilization,
+            async_scheduling=False,  # GumbelProcessor reads each request's tokens as of the step it samples
         )
         self.start_seconds = time.monotonic() - started
         self.weights_key = None  # what load_weights was last given (the caller's key)

@@ -65,6 +65,45 @@ def replay_failures(model, completions, temperature, thresholds):
     return [sampling.sample_failure(ev, thresholds) for ev in evidence], evidence
 
 
+def test_gumbel_processor_draws_token_t_from_the_t_th_noise_whatever_the_scheduling():
+    """The logits processor's noise for a request's token t is the t-th draw of its seed's generator
+    (trainer.inference.gumbel_noise): repeated on a step vLLM discards (a prompt prefilled in chunks),
+    continued after a preempted request comes back with the tokens it had, per row as rows move."""
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
+
+    from trainer.inference import gumbel_noise
+    from trainer.inference_vllm import SEED_ARG, TEMPERATURE_ARG, _gumbel_processor_class
+
+    vocab, seed, temperature = 50, 1234, 0.7
+    g = torch.Generator().manual_seed(seed)
+    expected = [gumbel_noise(g, vocab) for _ in range(5)]
+    proc = _gumbel_processor_class()(None, torch.device("cpu"), False)
+    params = SamplingParams(temperature=0.0, extra_args={SEED_ARG: seed, TEMPERATURE_ARG: temperature})
+    plain = SamplingParams(temperature=1.0)
+    out: list[int] = []
+    proc.update_state(BatchUpdate(2, [], [(0, plain, [1], []), (1, params, [1, 2], out)], []))
+
+    def step():
+        logits = torch.zeros((2, vocab))
+        return proc.apply(logits)
+
+    first = step()
+    assert torch.equal(first[0], torch.zeros(vocab))  # a request without the seed is left alone
+    assert torch.equal(first[1], expected[0]) and torch.equal(step()[1], expected[0])  # discarded step: same draw
+    out += [7]
+    assert torch.equal(step()[1], expected[1])
+    out += [8]
+    proc.update_state(BatchUpdate(2, [], [], [(1, 0, MoveDirectionality.SWAP)]))  # the batch reorders
+    assert torch.equal(step()[0], expected[2])
+    proc.update_state(BatchUpdate(1, [0], [], []))  # preempted ...
+    assert proc.rows == {}
+    back = [7, 8, 9]
+    proc.update_state(BatchUpdate(1, [], [(0, params, [1, 2], back)], []))  # ... and back with 3 tokens
+    assert torch.equal(step()[0], expected[3])
+    assert torch.allclose(proc.apply(torch.full((1, vocab), 2.0))[0], 2.0 / temperature + expected[3])
+
+
 def test_vllm_draws_the_swarm_sampler_tokens_and_a_torch_validator_replays_them(smol, engine):
     """vLLM with GumbelProcessor samples what TorchBackend samples from the same seeds; a torch
     validator's replay and logprob check pass on every completion, greedy included."""
