@@ -277,7 +277,8 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
 
         cheat = Cheater(malicious)
     worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, cheat=cheat, device=device,
-                       inference=inference, save_every=SAVE_EVERY, progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
+                       inference=inference, save_every=SAVE_EVERY,
+                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
     conn.send(("ready", torch.get_num_threads()))
     while True:
         try:

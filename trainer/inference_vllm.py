@@ -1,9 +1,10 @@
 """vLLM inference backend: the same `Backend.generate` contract as `TorchBackend`, on CPU or GPU.
 
-- **One engine per job process, kept up.** `engine_for(...)` starts vLLM once (about 30 s on this
-  2-core CPU) from a directory holding the task's base model, and loads each policy version's
-  weights into it in place (`LlmEngine.load_weights`: the model's own `load_weights` run inside the
-  engine, then the prefix cache is dropped, since it holds keys and values of the old weights).
+- **One engine per job process, kept up.** `engine_for(...)` starts vLLM once (8.7 s for SmolLM2 on
+  this 2-core CPU) from a directory holding the task's base model, and loads each policy version's
+  weights into it in place (`LlmEngine.load_weights`: vLLM's `reload_weights`, which runs the model's
+  own `load_weights` and its kernels' weight processing again, 0.6 s; then the prefix cache is
+  dropped, since it holds keys and values computed with the old weights).
   The engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): a job process is a daemon
   and may not start the engine core as a child, and in-process the weights need no pickling.
 - **The swarm's sampler, not vLLM's.** Token t of a completion must be
