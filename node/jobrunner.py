@@ -44,8 +44,9 @@ RESTART_BACKOFF = (0.5, 10.0)  # first and longest delay before restarting a chi
 class JobRunner:
     def __init__(self, blob_dir: Path, state_dir: Path, feed: Callable[[JobFinished], object], *,
                  max_queue: int = MAX_QUEUE, log: Callable[..., None] | None = None, malicious: str = "",
-                 threads: int = 1, device: str = "cpu") -> None:
+                 threads: int = 1, device: str = "cpu", inference: str = "torch") -> None:
         self.blob_dir, self.state_dir = Path(blob_dir), Path(state_dir)
+        self.inference = inference  # what generates rollouts in the child: "torch" or "vllm" (one engine, kept up)
         self.threads = threads  # torch threads in the child (see child_main)
         self.device = device  # where the child's models run: "cpu" or a CUDA device
         self.malicious = malicious  # demonstrations and tests: the child's jobs cheat (a trainer/cheats.py Cheater)
@@ -175,7 +176,7 @@ class JobRunner:
         parent, child = ctx.Pipe(duplex=True)
         self.fatal = ""
         proc = ctx.Process(target=child_main, args=(child, str(self.blob_dir), str(self.state_dir), self.malicious,
-                                                        self.threads, self.device),
+                                                        self.threads, self.device, self.inference),
                            name="swarm-jobs", daemon=True)
         proc.start()
         child.close()  # our copy of the child's end: its death must give us EOF
@@ -237,9 +238,10 @@ def _describe_exit(code) -> str:
 
 
 def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads: int = 1,
-               device: str = "cpu") -> None:
+               device: str = "cpu", inference: str = "torch") -> None:
     """The job process: `threads` torch threads (one unless the operator gave the peer more),
-    passive OpenMP waits, models on `device`, one JobWorker for its lifetime."""
+    passive OpenMP waits, models on `device`, one JobWorker for its lifetime; with `inference`
+    "vllm", its generate jobs run on one vLLM engine inside this process (trainer/inference_vllm.py)."""
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the parent stops us
@@ -261,6 +263,10 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
             raise RuntimeError(f"--job-device {device}, but this torch ({torch.__version__}) sees no CUDA GPU; "
                                "use --job-device cpu, or install a CUDA build of torch")
         torch.empty(0, device=device)  # a device that does not exist (cuda:7 on one GPU) fails here
+        if inference == "vllm":
+            from trainer.inference_vllm import require_vllm
+
+            require_vllm()  # not installed: say what to install now, not in the first generate job
     except BaseException as exc:
         conn.send(("fatal", f"the job process cannot start: {type(exc).__name__}: {exc}"))
         raise SystemExit(3)
@@ -271,7 +277,8 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
 
         cheat = Cheater(malicious)
     worker = JobWorker(Path(blob_dir), Path(state_dir), defer_saves=True, cheat=cheat, device=device,
-                       save_every=SAVE_EVERY, progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
+                       inference=inference, save_every=SAVE_EVERY,
+                       progress=lambda fields: conn.send(("progress", current["id"], dict(fields))))
     conn.send(("ready", torch.get_num_threads()))
     while True:
         try:

@@ -50,7 +50,8 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             if {"worker", "trainer", "validator"} & set(cfg.roles):
                 from node.jobrunner import JobRunner  # torch lives in the job process, not here
                 runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
-                                   malicious=cfg.malicious, threads=cfg.job_threads, device=cfg.job_device)
+                                   malicious=cfg.malicious, threads=cfg.job_threads, device=cfg.job_device,
+                                   inference=cfg.inference)
                 await nursery.start(runner.run)
                 driver.job_runner = runner
                 if "trainer" in cfg.roles:

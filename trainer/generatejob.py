@@ -5,6 +5,10 @@ prompt, sample), each scored by the environment and carrying its TOPLOC proof (p
 the batch is stored in the blob directory under its hash. A slice this worker generated before a
 restart is answered `repeated`, with nothing generated (trainer/generated.py).
 
+Completions come from `TorchBackend`, or with `inference="vllm"` from the job process's one vLLM
+engine (trainer/inference_vllm.py: kept up across versions, each version's weights loaded into it in
+place, the same seeded sampler, proofs from a torch prefill of the same policy).
+
 A dishonest job process (`--malicious`) passes a cheat in (trainer/cheats.py); its `generate` gets
 this object and reuses the honest parts (`rollouts`, `store_batch`, `score`, `models`).
 """
@@ -24,12 +28,19 @@ from trainer.modelcache import ModelCache
 from trainer.rollout import completion_text, score
 from trainer.taskconfig import grpo_config
 from trainer.trainerstore import TrainerStore
+from trainer.trainstate import safe_name
+
+INFERENCE = ("torch", "vllm")
 
 
 class GenerateJobs:
-    def __init__(self, blobs: BlobDir, models: ModelCache, store: TrainerStore, cheat=None) -> None:
+    def __init__(self, blobs: BlobDir, models: ModelCache, store: TrainerStore, cheat=None,
+                 inference: str = "torch") -> None:
+        if inference not in INFERENCE:
+            raise ValueError(f"inference {inference!r}: one of {', '.join(INFERENCE)}")
         self.blobs, self.models, self.store = blobs, models, store
         self.cheat = cheat  # None, or an object with `generates` and `generate(self, job)`
+        self.inference = inference
 
     def generate(self, job: jobs.GenerateJob) -> jobs.GenerateResult:
         """`samples_per_prompt` seeded completions per assigned prompt, scored, each with its TOPLOC
@@ -58,7 +69,7 @@ class GenerateJobs:
         prompts, prompt_ids = env_call(task.env, "building prompts", lambda: prompts_of(env, tokenizer, indices))
         seeds = [sample_seed(task.task_id, job.worker_key, job.version, i, s)
                  for i in indices for s in range(job.samples_per_prompt)]
-        backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=True)
+        backend = self.backend(job, model, tokenizer)
         completions = backend.generate(prompt_ids, job.samples_per_prompt, cfg.max_new_tokens,
                                        cfg.temperature, seeds)
         samples = []
@@ -77,6 +88,26 @@ class GenerateJobs:
                 token_ids=tuple(c.token_ids), logprobs=c.logprobs.numpy(), reward=float(reward),
                 finished=c.finished, seed=c.seed, proof=proof))
         return samples
+
+    def backend(self, job: jobs.GenerateJob, model, tokenizer):
+        """What samples `model`: a TorchBackend, or the vLLM engine with `model`'s weights loaded."""
+        if self.inference == "torch":
+            return TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=True)
+        from trainer import inference_vllm
+
+        name = job.task.model
+        template, template_tokenizer = self.models.template(name)
+        try:
+            engine = inference_vllm.engine_for(name, template, template_tokenizer,
+                                               self.store.root / "vllm" / safe_name(name))
+        except inference_vllm.VllmUnavailable as exc:
+            raise JobError(f"generate: {exc}") from None
+        # the engine holds one set of weights: this policy's, unless it was given another model since
+        # (a version, or a cheater's copy: the object and the version's weights hash name them)
+        key = engine.weights_key
+        if key is None or key[0] is not model or key[1] != bytes(job.weights):
+            engine.load_weights(model.state_dict(), key=(model, bytes(job.weights)))
+        return inference_vllm.VllmBackend(engine, model)
 
     def store_batch(self, job: jobs.GenerateJob, indices, samples) -> jobs.GenerateResult:
         """Encode `samples` as the job's batch (for prompts `indices`), store it, and describe it."""

@@ -51,8 +51,10 @@ SAVE_EVERY = 30.0
 
 class JobWorker:
     def __init__(self, blob_dir: Path, state_dir: Path, progress: Callable[[dict], None] | None = None,
-                 cheat=None, defer_saves: bool = False, device: str = "cpu", save_every: float = 0.0) -> None:
+                 cheat=None, defer_saves: bool = False, device: str = "cpu", save_every: float = 0.0,
+                 inference: str = "torch") -> None:
         """`cheat`: None, or a trainer/cheats.py `Cheater` (demonstrations and tests only).
+        `inference`: what generates rollouts, "torch" or "vllm" (trainer/generatejob.py).
         `defer_saves`: the job process's saves that need not precede an answer wait for `flush`.
         `save_every`: seconds between a trainer's state saves; 0: after every step."""
         self.blobs = BlobDir(blob_dir)
@@ -62,7 +64,7 @@ class JobWorker:
         self.store = TrainerStore(state_dir, self.versions, defer_saves)
         progress = progress or (lambda fields: None)
         self.initing = InitJobs(self.blobs, self.versions, self.models, self.store, device, progress)
-        self.generating = GenerateJobs(self.blobs, self.models, self.store, cheat)
+        self.generating = GenerateJobs(self.blobs, self.models, self.store, cheat, inference)
         self.verifying = VerifyJobs(self.blobs, self.models, cheat)
         self.training = TrainJobs(self.blobs, self.versions, self.models, self.store, save_every)
         self.handlers = {jobs.INIT: self.initing.init, jobs.GENERATE: self.generating.generate,

