@@ -210,11 +210,15 @@ def _swarm_facts(run_dir: Path, peers: int, trainers: int, t0: float, versions: 
     steps = [r for r in versions if r["version"] > 0]
     mean = (lambda key: round(sum(float(r.get(key, 0)) for r in steps) / len(steps), 3) if steps else None)
     end = t0 + (points[-1]["wall_s"] if points else 0)
+    trained = sum(1 for d in trainer_dirs for _ in read_records(d, "rollout-trained"))
     return {
         "points": points, "versions_published": len(versions), "missing_weights": missing,
         "commitments": len(commits), "completions_sampled": per_commit * len(commits),
         "completions_trained": int(versions[-1].get("completions", 0)) if versions else 0,
-        "rollouts_trained": sum(1 for d in trainer_dirs for _ in read_records(d, "rollout-trained")),
+        "rollouts_trained": trained,
+        # of the batches committed, the share trained on (those still in flight when the run stopped count
+        # as not trained: a lower bound)
+        "trained_fraction": round(trained / len(commits), 3) if commits else None,
         "rollouts_dropped": dropped, "jobs_failed": failed, "honest_peers_banned": bans,
         "trainer_train_s_mean": mean("train_s"), "completions_used_mean": mean("completions_used"),
         "seconds_per_version": round((end - t0) / max(1, len(steps)), 2) if steps else None,

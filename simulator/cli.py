@@ -56,6 +56,13 @@ def _summary(result) -> str:
         lines.append(f"training: newest version {tr['newest_version']}, {tr['rollouts_trained']} rollouts trained "
                      f"({tr['rollouts_trained_from_adversaries']} from adversaries), {tr['installs']} installs, "
                      f"verdicts {json.dumps(tr['verdicts'], sort_keys=True)}")
+        tp = m.get("throughput")
+        if tp is not None and tp["batches_committed"]:
+            fraction = "n/a" if tp["trained_fraction"] is None else f"{tp['trained_fraction']:.3f}"
+            lines.append(f"throughput: {tp['batches_trained']} of {tp['batches_committed']} batches committed trained "
+                         f"({tp['batches_lost']} dropped or refused, {tp['batches_in_flight_at_end']} in flight at the "
+                         f"end: trained fraction {fraction}); the trainer training "
+                         f"{tp['trainer_train_fraction']:.0%} of the time, checking {tp['trainer_check_fraction']:.0%}")
         if tr["reward_first"] is not None:
             base = tr["base_heldout_greedy"]
             line = (f"mean rollout reward: {tr['reward_first']:.3f} over the first {REWARD_WINDOW} steps, "

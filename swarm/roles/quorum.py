@@ -34,6 +34,7 @@ import hashlib
 from collections import OrderedDict
 
 from gossip import errors
+from gossip.errors import Rejected
 from swarm import protocols
 from swarm.io import Emit
 from swarm.roles import checking
@@ -68,6 +69,21 @@ def ban_liars(ctx, role, now: float, state, wrong: list[tuple[str, str]]) -> lis
     for checker, reason in wrong:
         effects += ctx.ban(now, checker, reason) + lost_say(ctx, role, now, state, checker)
     return effects
+
+
+def within_share(ctx, state, worker: str) -> None:
+    """With a quorum (a swarm of many workers), one worker's batches waiting at the trainer are bounded
+    by its share of the steps the async window holds (the workers split a step: swarm/roles/worker.py),
+    with one batch to spare per step, so a worker flooding more is refused (`capacity`, no penalty: a
+    burst proves nothing) before it crowds out anyone else's; the total stays bounded by MAX_PENDING."""
+    if not state.params.check_quorum:
+        return
+    workers = len(set(ctx.alive_with_role("worker")) | {worker})
+    share = -(-state.params.step_limit // (state.params.prompts_per_commit * workers))
+    cap = (state.async_level + 1) * (share + 1)
+    if sum(1 for p in state.pending.values() if p.worker == worker) >= cap:
+        raise Rejected(errors.CAPACITY, f"{cap} batches of this worker already waiting (its share of "
+                                        f"{state.async_level + 1} steps)")
 
 
 def draw(ctx, purpose: bytes, commitment_id: bytes) -> float:

@@ -142,6 +142,7 @@ class TrainerRole(Role):
                                                f" not on this trainer's chain")
         if len(state.pending) >= MAX_PENDING:
             raise Rejected(errors.CAPACITY, "too many rollout batches waiting")
+        quorum.within_share(self.ctx, state, signer)
         check = state.pending[signed.msg_id] = Check(msg, signed.msg_id, signer, signed.signer, wire=signed.wire)
         effects = checking.fetch_blob(self.ctx, self, now, check)
         checking.arm_retry(self.ctx, state.pending.values(), f"trainer:{msg.task_id}:blobs")
@@ -201,8 +202,12 @@ class TrainerRole(Role):
         if state.busy or state.version < 0:
             return []
         effects = self._drop_unusable(state)
+        # The least off-policy first. Steps that grow (max_prompts_per_step) first take the batches this is
+        # the last step to accept (the next would drop them as too old): past its limit, a step leaves
+        # only batches a later step can still use.
+        last_chance = state.version - state.async_level if state.params.max_prompts_per_step is not None else -1
         ready = sorted((p for p in state.pending.values() if quorum.trainable(self.ctx, state, p)),
-                       key=lambda p: -p.commitment.policy_version)  # the least off-policy first
+                       key=lambda p: (p.commitment.policy_version > last_chance, -p.commitment.policy_version))
         if sum(len(p.commitment.prompt_indices) for p in ready) < state.params.prompts_per_step:
             return effects
         step, prompts = [], 0

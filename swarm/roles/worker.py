@@ -124,7 +124,7 @@ class WorkerRole(Role):
         if batch >= min(state.params.max_batches_per_version, self._share(state, version) + state.extra.get(version, 0)):
             if state.stalled != version:  # the trainer may still need more (failed checks, a worker gone)
                 state.stalled = version
-                self.ctx.timer(f"worker:{state.spec.task_id}:stall", now + self._stall_after(state))
+                self.ctx.timer(f"worker:{state.spec.task_id}:stall", now + self._stall_after(state, version))
             return []
         count = state.params.prompts_per_commit
         indices = assign_prompts(state.spec.task_id, self.ctx.public_key, version, (batch + 1) * count,
@@ -174,15 +174,17 @@ class WorkerRole(Role):
         return min(params.step_limit, max(params.prompts_per_step, state.last_step + params.prompts_per_commit))
 
     @staticmethod
-    def _stall_after(state: WorkerTask) -> float:
-        """How long to wait at our share before one more batch: STALL_AFTER, or, when steps grow with
-        what is ready, STALL_PERIODS of the trainer's recent version period if that is longer (a busy
-        trainer's big steps are not a stall, and extra batches would only be dropped)."""
-        times = sorted(state.version_at.values())
-        if state.params.max_prompts_per_step is None or len(times) < 2:  # fixed steps: a fixed wait
+    def _stall_after(state: WorkerTask, version: int) -> float:
+        """How long to wait at our share before one more batch: STALL_AFTER. When steps grow with what
+        is ready, at least STALL_PERIODS of the trainer's recent version period (a busy trainer's big
+        steps are not a stall, and extra batches would only be dropped), and each further extra for the
+        same version waits that long again once more (before the period is known, the first versions'
+        extras were what a busy trainer dropped)."""
+        if state.params.max_prompts_per_step is None:  # fixed steps: a fixed wait
             return STALL_AFTER
-        period = (times[-1] - times[0]) / (len(times) - 1)
-        return max(STALL_AFTER, STALL_PERIODS * period)
+        times = sorted(state.version_at.values())
+        period = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
+        return max(STALL_AFTER, STALL_PERIODS * period) * (1 + state.extra.get(version, 0))
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
         task_id, version, indices = tag

@@ -26,11 +26,12 @@ PINNED = {
     # against generate 20 s, train 12 s per step), a trainer's verify jobs run in a lane of their own (as
     # a node's second job process), manifests carry the prompts their step trained on, and verdicts of
     # several validators are all held against a trainer's own check (smoke was 14072ba2...,
-    # adversarial 7851677a..., churn-compressed af756b76..., trainer-failover 9ee6b70a...).
+    # adversarial 7851677a..., churn-compressed af756b76..., trainer-failover 9ee6b70a...); adversarial
+    # and trainer-failover keep the train (and failover's verify) times they were built with in their files.
     "smoke": "28b84abc0354a8d6515a2336b7c70ae207bc8790233bf6dc9c980a5f598afb06",
-    "adversarial": "e651acb570950ab2982ec170bdfd10cd4b3dc123f39d1481304e88a6b801be20",
+    "adversarial": "cc8c44769144249567d43f205f4bb6f4d07cc6227f0ee000100daba28b7120ab",
     "churn-compressed": "88ae1de1a2d0a46b37cee4e3ce044bce499c673a2e3400b9b22f167f3f3b83bb",
-    "trainer-failover": "19509657ca1249d0f6ac86416a0989d6f2f017840686f6dd6010ff96cfb45c36",
+    "trainer-failover": "0ee722b75c9debe9802bf8dfcf428433a3577e11d6bf3823b1a40ec897cc7f30",
 }
 
 

@@ -91,3 +91,28 @@ def test_a_checker_that_refused_the_task_answers_refused():
 
 def state_id(core) -> str:
     return next(iter(core.roles[0].tasks))
+
+
+def test_a_worker_flooding_past_its_share_is_refused_without_penalty():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from gossip.errors import Rejected
+    from swarm.roles.quorum import within_share
+    from swarm.taskparams import TaskParams
+
+    params = TaskParams.from_params({"check_quorum": 1, "prompts_per_step": 16, "prompts_per_commit": 8,
+                                     "max_prompts_per_step": 64})
+    ctx = SimpleNamespace(alive_with_role=lambda role: ["w1", "w2", "w3", "w4"])
+    state = SimpleNamespace(params=params, async_level=2, pending={})
+    cap = 3 * (2 + 1)  # 64 prompts in 8-prompt batches over 4 workers: 2 a step, one to spare, 3 steps
+    for i in range(cap):
+        within_share(ctx, state, "w1")
+        state.pending[i] = SimpleNamespace(worker="w1")
+    with pytest.raises(Rejected) as refused:
+        within_share(ctx, state, "w1")
+    assert refused.value.reason == errors.CAPACITY  # costs nothing (gossip/reputation.py)
+    within_share(ctx, state, "w2")  # the others are not crowded out
+    state.params = TaskParams.from_params({"prompts_per_step": 16})
+    within_share(ctx, state, "w1")  # without a quorum the trainer's total bound alone applies
