@@ -32,6 +32,8 @@ PINNED = {
     "adversarial": "cc8c44769144249567d43f205f4bb6f4d07cc6227f0ee000100daba28b7120ab",
     "churn-compressed": "88ae1de1a2d0a46b37cee4e3ce044bce499c673a2e3400b9b22f167f3f3b83bb",
     "trainer-failover": "0ee722b75c9debe9802bf8dfcf428433a3577e11d6bf3823b1a40ec897cc7f30",
+    # New with issue 25: check quorums, growing steps, a colluding checker.
+    "scaling": "1d1ae34aa09a6f630e3713b23c90cccad5d397c264c9b28ca86f0e7e861ca046",
 }
 
 
@@ -119,6 +121,7 @@ def test_scaling_checks_spread_over_the_swarm_and_the_trainer_trains():
     cheaters are banned and a colluding checker gets at most the bounded number of bad batches in."""
     r = run_scenario(load("scaling"))
     assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
+    assert r.trace_hash == PINNED["scaling"], "scaling behaves differently; see PINNED above"
     tp = r.metrics["throughput"]
     assert tp["trained_fraction"] >= 0.9 and tp["trainer_train_fraction"] >= 0.8
     assert tp["trainer_check_fraction"] < 0.3  # it checks its spot-check share, not everything
