@@ -12,9 +12,10 @@ slice would get us banned as a replayer.
 With the task's `peer_checks` (and a `check_quorum`), a worker also checks the batches the active
 trainer asks it to (swarm/roles/quorum.py), in the same job process as its generation.
 
-How much to generate: a version's worth is what the trainer's next step can take (`step_limit`
-prompts), split among the workers we know of; what a worker generates beyond that would be dropped
-unread, so it waits for the next version instead (`_share`).
+How much to generate: a version's worth is what the trainer's next step will take (`_next_step`:
+`prompts_per_step`, or when steps grow the last step's size and a commit more, up to
+`max_prompts_per_step`), split among the workers we know of; what a worker generates beyond that
+would be dropped unread, so it waits for the next version instead (`_share`).
 """
 
 from __future__ import annotations
@@ -137,8 +138,7 @@ class WorkerRole(Role):
         return [self.ctx.job(self, (state.spec.task_id, version, tuple(indices)), jobs.GENERATE, payload)]
 
     def _share(self, state: WorkerTask, version: int) -> int:
-        """Batches worth generating for `version`. A trainer step takes at most `step_limit` prompts
-        (`prompts_per_step`, or up to `max_prompts_per_step` when steps grow with what is ready), and
+        """Batches worth generating for `version`. The trainer's next step takes `_next_step` prompts, and
         the workers we know of (alive peers whose heartbeats name the worker role, and us, ranked by
         peer id) split one step's worth of each version. More would go stale unread, and on a shared
         machine generating it takes CPU from the trainer (bench/learning.py measured steps several
