@@ -69,7 +69,7 @@ def require_vllm() -> str:
     return vllm.__version__
 
 
-def _gumbel_processor_class():
+def gumbel_processor_class():
     """`GumbelProcessor`, defined once vllm is importable (its base class lives there)."""
     from vllm.v1.sample.logits_processor import LogitsProcessor
     from vllm.v1.sample.logits_processor.builtin import process_dict_updates
@@ -147,7 +147,7 @@ class LlmEngine:
             skip_tokenizer_init=True,  # prompts go in as token ids, completions come out as ids
             max_model_len=self.max_model_len, max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max(2048, self.max_model_len),
-            logprobs_mode="raw_logprobs", logits_processors=[_gumbel_processor_class()],
+            logprobs_mode="raw_logprobs", logits_processors=[gumbel_processor_class()],
             enforce_eager=True, gpu_memory_utilization=gpu_memory_utilization,
             async_scheduling=False,  # GumbelProcessor reads each request's tokens as of the step it samples
         )

@@ -73,12 +73,12 @@ def test_gumbel_processor_draws_token_t_from_the_t_th_noise_whatever_the_schedul
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
     from trainer.inference import gumbel_noise
-    from trainer.inference_vllm import SEED_ARG, TEMPERATURE_ARG, _gumbel_processor_class
+    from trainer.inference_vllm import SEED_ARG, TEMPERATURE_ARG, gumbel_processor_class
 
     vocab, seed, temperature = 50, 1234, 0.7
     g = torch.Generator().manual_seed(seed)
     expected = [gumbel_noise(g, vocab) for _ in range(5)]
-    proc = _gumbel_processor_class()(None, torch.device("cpu"), False)
+    proc = gumbel_processor_class()(None, torch.device("cpu"), False)
     params = SamplingParams(temperature=0.0, extra_args={SEED_ARG: seed, TEMPERATURE_ARG: temperature})
     plain = SamplingParams(temperature=1.0)
     out: list[int] = []
