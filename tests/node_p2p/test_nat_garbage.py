@@ -104,10 +104,11 @@ def open_host_pair():
                 open_host(config("g-atk")) as atk, open_host(natted("g-nat")) as n:
             no_auto_punch(relay, good, atk, n)
             n.set_request_handler(ECHO, echo)
+            # set-up dials get a loaded machine's time (the suite runs beside other work): the garbage is the test
             for peer in (good, atk):
-                await peer.connect(relay.listen_addrs()[0])
-            await n.connect(relay.listen_addrs()[0])
-            await n.connect(good.listen_addrs()[0])
+                await peer.connect(relay.listen_addrs()[0], timeout=20.0)
+            await n.connect(relay.listen_addrs()[0], timeout=20.0)
+            await n.connect(good.listen_addrs()[0], timeout=20.0)
             yield relay, good, atk, n
 
     return opened()
