@@ -75,11 +75,12 @@ def test_a_missing_model_offline_says_what_to_run(cache):
         model_dir(f"hf:swarm-test/other@{REVISION}")
 
 
-@pytest.mark.slow  # huggingface_hub retries the unreachable hub with backoff: about 25 s
 def test_a_missing_model_online_with_the_hub_unreachable_says_what_to_run(tmp_path):
     """Online (HF_HUB_OFFLINE unset) the peer tries to download; with the hub unreachable (a closed
-    local port here: no network is touched) the error names the command to run where it is reachable."""
-    code = ("from trainer.policy import model_dir, PolicyError\n"
+    local port here: no network is touched) the error names the command to run where it is reachable.
+    huggingface_hub retries with backoff (about 25 s of sleeping): the sleeps are skipped, not the retries."""
+    code = ("import time\ntime.sleep = lambda seconds: None\n"
+            "from trainer.policy import model_dir, PolicyError\n"
             "try:\n    model_dir('hf:swarm-test/other@" + REVISION + "')\n"
             "except PolicyError as exc:\n    print(exc)\n")
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
