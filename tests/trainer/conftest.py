@@ -19,8 +19,32 @@ def builtin():
 
 
 @pytest.fixture(scope="session")
-def warmed():
-    """(model, tokenizer, losses, progress calls) after the default warm-up, shared by tests."""
+def warmed(tmp_path_factory, worker_id):
+    """(model, tokenizer, losses, progress calls) after the default warm-up, shared by tests.
+
+    The warm-up is most of a minute of CPU: under pytest-xdist the first worker to need it runs it
+    and leaves the result in the run's shared temp directory for the others (xdist's documented
+    pattern), rather than each worker warming up its own copy."""
+    if worker_id == "master":
+        return _warm_up()
+    from filelock import FileLock
+
+    from trainer.model import create_builtin_model
+
+    shared = tmp_path_factory.getbasetemp().parent / "warmed.pt"  # one directory per run, all workers
+    with FileLock(f"{shared}.lock"):
+        if not shared.exists():
+            model, tok, losses, calls = _warm_up()
+            torch.save({"state": model.state_dict(), "losses": losses, "calls": calls}, f"{shared}.tmp")
+            os.replace(f"{shared}.tmp", shared)
+            return model, tok, losses, calls
+    saved = torch.load(shared)
+    model, tok = create_builtin_model(0)
+    model.load_state_dict(saved["state"])
+    return model.eval(), tok, saved["losses"], saved["calls"]
+
+
+def _warm_up():
     from trainer.envs import DigitSort
     from trainer.model import create_builtin_model
     from trainer.warmup import warmup
