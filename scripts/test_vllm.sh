@@ -5,6 +5,7 @@
 #
 #   bash scripts/test_vllm.sh            # install if needed, run the tests that need vLLM
 #   bash scripts/test_vllm.sh -k reload  # arguments go to pytest
+#   bash scripts/test_vllm.sh --install-only  # only make .venv-vllm current (CI does it beside the suite)
 #
 # The tests share one engine per file (SmolLM2 from the user cache the main suite's SmolLM2 tests
 # fill). .venv-vllm is layered over .venv: a .pth file adds .venv's site-packages after its own, so
@@ -52,6 +53,7 @@ if [ ! -f "$stamp" ]; then
     touch "$stamp"
     echo "test_vllm: installed in $((SECONDS - start)) s"
 fi
+if [ "${1:-}" = --install-only ]; then exit 0; fi
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # The lane fails, not skips, when vLLM does not import here.
 $V/bin/python -c "import vllm, toploc; print('test_vllm: vllm', vllm.__version__)"
