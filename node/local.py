@@ -18,6 +18,7 @@ from pathlib import Path
 
 from node.control import ControlError, call, call_when_up
 from node.keeper import Keeper
+from node.local_progress import VersionLines
 from node.procs import start_peer, stop_processes
 from node.records import read_records
 from node.taskfile import EXAMPLE, TaskFileError, fill_pins
@@ -142,7 +143,7 @@ def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, 
     peers = len(dirs)
     next_report = next_probe = time.monotonic()
     probe_index = 0
-    shown_version = -1
+    versions = VersionLines(_say)
     shown_trainer: tuple | None = None  # (peer index, term) of the active trainer last reported
     failures_seen: dict[tuple, int] = {}
     while (end is None or time.monotonic() < end) and not stop.is_set():
@@ -156,8 +157,7 @@ def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, 
             views = [_quiet_call(d, "status") for d in dirs]
             _say(_progress_line(views, time.time() - started))
             shown_trainer = _show_trainer(views, task_id, shown_trainer)
-            trainer_dir = dirs[shown_trainer[0]] if shown_trainer else dirs[0]  # the versions' publisher
-            shown_version = _show_versions(trainer_dir, task_id, shown_version)
+            versions.update(views[shown_trainer[0] if shown_trainer else 0], task_id)  # the versions' publisher
             _show_failures(dirs, failures_seen)
             next_report = now + 5
         time.sleep(0.05)
@@ -277,22 +277,6 @@ def _show_trainer(views: list[dict | None], task_id: str, shown: tuple | None) -
     _, i, active = best
     _say(f"active trainer: peer{i} (rank {active['rank']}, term {active['term']}, version {active['version']})")
     return i, active["term"]
-
-
-def _show_versions(trainer_dir: Path, task_id: str, shown: int) -> int:
-    """Print a line per policy version published since the last call: the reward going up is the point."""
-    snap = _quiet_call(trainer_dir, "status")
-    work = (snap or {}).get("work", {}).get("trainer", {}).get(task_id)
-    if not work:
-        return shown
-    for record in work["history"]:
-        if record["version"] > shown:
-            extra = "  ".join(f"{k} {record[k]}" for k in ("reward", "loss", "heldout_greedy") if k in record)
-            if record.get("resumed"):
-                extra = "  ".join(x for x in (extra, "resumed from the data dirs") if x)
-            _say(f"version {record['version']:4d}  completions {record['completions']:7d}  {extra}")
-            shown = record["version"]
-    return shown
 
 
 def _summarise(dirs: list[Path], elapsed: float) -> dict:
