@@ -28,8 +28,9 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser, namespace, values, option_string=None):
         from node.metrics import build_versions  # importlib.metadata and the envelope's constant: no torch
         package, protocol = build_versions()
-        parser.exit(message=f"swarm-node {package} (package swarm-rl {package}, gossip protocol v{protocol}, "
-                            f"Python {sys.version.split()[0]})\n")
+        print(f"swarm-node {package} (package swarm-rl {package}, gossip protocol v{protocol}, "
+              f"Python {sys.version.split()[0]})", flush=True)
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:

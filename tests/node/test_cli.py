@@ -12,7 +12,8 @@ def run_cli(*args, timeout=30):
     return subprocess.run([sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["start", "--help"], ["local", "--help"], ["task", "announce", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["start", "--help"], ["local", "--help"], ["task", "announce", "--help"],
+                                  ["doctor", "--help"]])
 def test_help_is_fast(args):
     started = time.monotonic()
     out = run_cli(*args)
