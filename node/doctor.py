@@ -39,7 +39,7 @@ class Check:
 
 
 def run_checks(cfg: NodeConfig) -> list[Check]:
-    snap, why = _running_status(cfg.data_dir)
+    snap, why = running_status(cfg.data_dir)
     return [check_python(), check_torch(), check_toploc(), check_data_dir(Path(cfg.data_dir)),
             *check_ports(cfg, snap), check_node(snap, why), *check_peers(snap)]
 
@@ -136,7 +136,7 @@ def _bind_error(host: str, port: int) -> str | None:
     return None
 
 
-def _running_status(data_dir: Path) -> tuple[dict | None, str]:
+def running_status(data_dir: Path) -> tuple[dict | None, str]:
     from node.control import ControlError, call, control_path
     if not control_path(data_dir).exists():
         return None, "not running"

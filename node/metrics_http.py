@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from socketserver import ThreadingMixIn
+from socketserver import TCPServer, ThreadingMixIn
 from typing import Awaitable, Callable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -45,6 +45,12 @@ class BoundedWSGIServer(ThreadingMixIn, WSGIServer):
         self.refused = 0  # connections answered 503 because every slot was taken
         handler = type("Handler", (_Handler,), {"timeout": timeout})
         super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        """HTTPServer's, less its `socket.getfqdn` (a reverse DNS lookup, on the node's loop at start)."""
+        TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[0], self.server_address[1]
+        self.setup_environ()
 
     def process_request(self, request, client_address) -> None:
         if not self._slots.acquire(blocking=False):

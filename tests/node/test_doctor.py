@@ -91,11 +91,11 @@ def test_main_exits_non_zero_on_a_failure(tmp_path, monkeypatch, capsys):
 async def test_doctor_asks_a_running_node(tmp_path):
     async with trio.open_nursery() as nursery:
         await nursery.start(run_node, NodeConfig(data_dir=tmp_path / "n0", heartbeat_interval=0.5, gone_after=3.0))
-        snap, why = await trio.to_thread.run_sync(doctor._running_status, tmp_path / "n0")
+        snap, why = await trio.to_thread.run_sync(doctor.running_status, tmp_path / "n0")
         assert snap is not None and why == ""
         node = doctor.check_node(snap, why)
         assert node.level == doctor.WARN and "running (pid" in node.found and "--join" in node.next_step
         ports = doctor.check_ports(NodeConfig(data_dir=tmp_path / "n0", port=4001), snap)
         assert "belongs to the running node" in ports[0].found
         nursery.cancel_scope.cancel()
-    assert doctor._running_status(tmp_path / "n0")[1] == "not running"
+    assert doctor.running_status(tmp_path / "n0")[1] == "not running"
