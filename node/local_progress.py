@@ -45,11 +45,11 @@ class VersionLines:
         current = (snap.get("jobs") or {}).get("current") or {}
         if current.get("kind") != "init":
             return
-        line = init_progress_text(current.get("progress") or {})
-        key = (line, int(current.get("seconds", 0)) // 15)  # a new stage at once, the same one every 15 s
+        progress = current.get("progress") or {}
+        key = (progress.get("stage"), int(current.get("seconds", 0)) // 15)  # a new stage at once, else every 15 s
         if key != self._init_shown:
             self._init_shown = key
-            self.say(f"building version 0 ({current.get('seconds', 0):.0f} s): {line}")
+            self.say(f"building version 0 ({current.get('seconds', 0):.0f} s): {init_progress_text(progress)}")
 
 
 def init_progress_text(progress: dict) -> str:

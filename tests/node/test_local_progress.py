@@ -35,6 +35,8 @@ def test_version_0_build_is_shown_while_it_runs():
     show.update(_snap("p0", [], {**init, "seconds": 6.0, "progress": {"stage": "model", "model": "builtin:x"}}), "t")
     show.update(_snap("p0", [], {**init, "seconds": 9.0, "progress": {"stage": "warmup", "step": 3, "steps": 40,
                                                                         "loss": 2.1}}), "t")
+    show.update(_snap("p0", [], {**init, "seconds": 14.0, "progress": {"stage": "warmup", "step": 9, "steps": 40,
+                                                                         "loss": 1.5}}), "t")  # within 15 s: quiet
     show.update(_snap("p0", [], {**init, "seconds": 30.0, "progress": {"stage": "heldout", "prompts": 256}}), "t")
     show.update(_snap("p0", [], {**init, "seconds": 31.0, "progress": {"stage": "pack"}}), "t")
     show.update(_snap("p0", [], {"kind": "generate", "seconds": 1.0, "progress": {}}), "t")  # not version 0's
