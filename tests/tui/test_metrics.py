@@ -120,7 +120,27 @@ async def test_a_running_node_serves_metrics_on_loopback_only(tmp_path):
         assert head.startswith("HTTP/1.0 404")
         listening = [s for s in (await trio.to_thread.run_sync(_listeners, port))]
         assert listening and all(addr == "127.0.0.1" for addr in listening), listening
+        # 30 scrapes at once: each is answered (200, or 503 beyond the 4 served at once) and the node goes on
+        codes = await trio.to_thread.run_sync(_crowd, port, 30)
+        assert set(codes) <= {"200", "503", "ConnectionResetError"} and "200" in codes, codes
+        assert (await trio.to_thread.run_sync(control.call, tmp_path / "n0", "status"))["peer_id"]
         await trio.to_thread.run_sync(control.call, tmp_path / "n0", "stop")
+
+
+def _crowd(port: int, n: int) -> list[str]:
+    codes: list[str] = []
+
+    def one():
+        try:
+            codes.append(_scrape(port)[0].split(" ")[1])
+        except OSError as exc:
+            codes.append(type(exc).__name__)
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    return codes
 
 
 def test_many_scrapers_are_bounded():
