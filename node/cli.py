@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-device", default=node_fields["job_device"].default, metavar="DEVICE",
                    help=f"every peer's setting: {node_fields['job_device'].description} "
                         f"(default {node_fields['job_device'].default})")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="BASE",
+                   help="peer i serves Prometheus metrics on 127.0.0.1:BASE+i (default off)")
     p.add_argument("--restart-dead", action="store_true",
                    help="start a peer that dies again on its data dir (the others keep running either way)")
     return parser
@@ -285,9 +287,13 @@ def cmd_local(args) -> int:
         check_value("job_device", args.job_device, where="--job-device")  # as `start` checks it
     except ConfigError as exc:
         return _fail(str(exc), 2)
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65536 - args.peers:
+        return _fail(f"--metrics-port {args.metrics_port}: give a port from 1 to {65536 - args.peers} "
+                     f"(peer i listens on BASE+i)", 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
                      task_file=args.task, heartbeat=args.heartbeat_interval, malicious=malicious, tui=args.tui,
-                     job_device=args.job_device, restart_dead=args.restart_dead, trainers=args.trainers)
+                     job_device=args.job_device, restart_dead=args.restart_dead, trainers=args.trainers,
+                     metrics_port=args.metrics_port)
 
 
 def parse_malicious(specs: list[str], peers: int, trainers: int = 1) -> list[str]:

@@ -36,7 +36,8 @@ PROBE_INTERVAL = 2.0
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
               heartbeat: float = 2.0, probe_interval: float = PROBE_INTERVAL, malicious: list[str] | None = None,
-              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False, trainers: int = 1) -> int:
+              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False, trainers: int = 1,
+              metrics_port: int | None = None) -> int:
     # SIGINT is how this launcher is stopped (Ctrl-C, or `kill -INT`). A shell that starts a job in
     # the background hands it SIGINT ignored, and then the signal did nothing: a CI run started
     # that way failed test_local_resume (the run went on past its Ctrl-C until killed).
@@ -55,8 +56,11 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         # One torch thread for the trainer too: with two (--job-threads 2) its steps got slower here
         # (train_s 1.31 s against 1.15 s, 4 peers on 2 cores): the other core is never idle enough.
         device = ["--job-device", job_device] if job_device != "cpu" else []
+
+        def metrics(i: int) -> list[str]:  # peer i serves Prometheus metrics on 127.0.0.1:BASE+i
+            return [] if metrics_port is None else ["--metrics-port", str(metrics_port + i)]
         boot_args = ["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat-interval", str(heartbeat),
-                     "--roles", "trainer"]
+                     "--roles", "trainer"] + metrics(0)
         proc, boot = start_peer(boot_args + device, dirs[0] / "node.log")
         procs.append(proc)
         # A restarted bootstrap takes its old port again, so the address the others joined stays good.
@@ -68,12 +72,14 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
             role = "trainer" if i < trainers else "validator" if kind == "lying-validator" else "worker"
             nice = 0 if i < trainers else WORKER_NICE
             args = (["--join", boot, "--data-dir", str(d), "--heartbeat-interval", str(heartbeat), "--roles", role]
-                    + (["--malicious", kind] if kind else []) + device)
+                    + (["--malicious", kind] if kind else []) + device + metrics(i))
             proc, _ = start_peer(args, d / "node.log", nice=nice)
             procs.append(proc)
             specs.append((args, d / "node.log", nice))
             _say(f"peer{i} started (pid {proc.pid}){' as a standby trainer' if i < trainers else ''}")
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
+        if metrics_port is not None:
+            _say(f"Prometheus metrics on 127.0.0.1:{metrics_port}..{metrics_port + peers - 1}/metrics")
         # A base dir that ran before holds the task it announced: announcing it again (same table,
         # same created_at, same trainer key) gives the same task id, and the trainer resumes from the
         # last version it published (trainer/jobs.py) instead of starting over.
