@@ -19,8 +19,23 @@ def _data_dir_arg(p: argparse.ArgumentParser) -> None:
                    help=f"where the key, blobs and control file live (default {DEFAULT_DATA_DIR}, or $SWARM_DATA_DIR)")
 
 
+class _VersionAction(argparse.Action):
+    """`--version`: worked out only when asked, so building the parser (and `--help`) stays instant."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):  # noqa: A002
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from node.metrics import build_versions  # importlib.metadata and the envelope's constant: no torch
+        package, protocol = build_versions()
+        print(f"swarm-node {package} (package swarm-rl {package}, gossip protocol v{protocol}, "
+              f"Python {sys.version.split()[0]})", flush=True)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="swarm-node", description="A peer of a coordinator-free RL training swarm.")
+    parser.add_argument("--version", action=_VersionAction, help="print the package and protocol versions and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("keygen", help="create this node's Ed25519 identity (once)")
@@ -39,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = config_sub.add_parser("show", help="print the resolved config: defaults < --config FILE < flags")
     add_start_flags(c, DEFAULT_DATA_DIR)
     c.add_argument("--format", choices=("toml", "json"), default="toml", dest="output_format")
+
+    p = sub.add_parser("doctor", help="check this machine (Python, torch, CUDA, toploc, data dir, ports) and, if a "
+                                      "node runs on the data dir, its peers and clock skew; non-zero exit on a failure")
+    add_start_flags(p, DEFAULT_DATA_DIR)
 
     p = sub.add_parser("tui", help="watch running nodes in a terminal UI (one at a time; n/p switches)")
     p.add_argument("--data-dir", type=Path, action="append", default=[], dest="data_dirs",
@@ -79,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-device", default=node_fields["job_device"].default, metavar="DEVICE",
                    help=f"every peer's setting: {node_fields['job_device'].description} "
                         f"(default {node_fields['job_device'].default})")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="BASE",
+                   help="peer i serves Prometheus metrics on 127.0.0.1:BASE+i (default off)")
     p.add_argument("--restart-dead", action="store_true",
                    help="start a peer that dies again on its data dir (the others keep running either way)")
     return parser
@@ -87,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {"keygen": cmd_keygen, "id": cmd_id, "start": cmd_start, "status": cmd_status,
-               "task": cmd_task, "local": cmd_local, "config": cmd_config, "tui": cmd_tui}[args.command]
+               "task": cmd_task, "local": cmd_local, "config": cmd_config, "tui": cmd_tui,
+               "doctor": cmd_doctor}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -153,6 +175,16 @@ def cmd_config(args) -> int:
         return _fail(str(exc), 2)
     print(render(settings, args.output_format))
     return 0
+
+
+def cmd_doctor(args) -> int:
+    from node.config_file import node_config, resolve
+    try:
+        cfg = node_config(resolve(vars(args), DEFAULT_DATA_DIR))  # the settings `start` would use
+    except ValueError as exc:
+        return _fail(str(exc), 2)
+    from node.doctor import main as doctor
+    return doctor(cfg)
 
 
 def cmd_tui(args) -> int:
@@ -255,9 +287,13 @@ def cmd_local(args) -> int:
         check_value("job_device", args.job_device, where="--job-device")  # as `start` checks it
     except ConfigError as exc:
         return _fail(str(exc), 2)
+    if args.metrics_port is not None and not 1 <= args.metrics_port <= 65536 - args.peers:
+        return _fail(f"--metrics-port {args.metrics_port}: give a port from 1 to {65536 - args.peers} "
+                     f"(peer i listens on BASE+i)", 2)
     return run_local(peers=args.peers, duration=args.duration, summary=args.summary, base_dir=args.base_dir,
                      task_file=args.task, heartbeat=args.heartbeat_interval, malicious=malicious, tui=args.tui,
-                     job_device=args.job_device, restart_dead=args.restart_dead, trainers=args.trainers)
+                     job_device=args.job_device, restart_dead=args.restart_dead, trainers=args.trainers,
+                     metrics_port=args.metrics_port)
 
 
 def parse_malicious(specs: list[str], peers: int, trainers: int = 1) -> list[str]:

@@ -21,6 +21,7 @@ from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconn
                       LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
                       RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
                       ShardsPresent, StoreBlob, StoreShard, StreamAbuse, Subscribe, Tick, Unsubscribe)
+from swarm.stats import REQUEST_BOUNDS, Buckets
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
@@ -46,6 +47,7 @@ class CoreDriver:
         self.shards = shards  # node.shardstore.ShardDir: weight shards, stored, served and resumed from
         self.uplink = None  # node.uplink.Uplink: shard answers leave at an emulated upload rate (off: None)
         self.counters: Counter = Counter()
+        self.request_seconds: dict[str, Buckets] = {}  # protocol -> how long our requests took (metrics)
         self.banned: set[str] = set()
         self._publish_send, self._publish_recv = trio.open_memory_channel(PUBLISH_QUEUE)
         self._wakeup = trio.Event()
@@ -239,8 +241,15 @@ class CoreDriver:
         self.feed(inp)  # an answer the core asked for, fed after its current effects are carried out
 
     async def _request(self, req: SendRequest) -> None:
+        started = trio.current_time()
         try:
-            data = await self.host.request(req.peer, req.protocol, req.data, timeout=req.timeout)
+            try:
+                data = await self.host.request(req.peer, req.protocol, req.data, timeout=req.timeout)
+            finally:
+                hist = self.request_seconds.get(req.protocol)
+                if hist is None:  # our own protocols only: a handful of histograms
+                    hist = self.request_seconds[req.protocol] = Buckets(REQUEST_BOUNDS)
+                hist.observe(trio.current_time() - started)
             if req.protocol == protocols.SHARD:
                 data, error = shardwire.decode_answer(data)
                 if error is not None:

@@ -33,6 +33,7 @@ import trio
 
 from node.procs import die_with_parent
 from swarm.io import JobFinished, RunJob
+from swarm.stats import JOB_BOUNDS, Buckets
 
 MAX_QUEUE = 64
 STOP_GRACE = 3.0
@@ -59,12 +60,23 @@ class JobRunner:
         self._proc = None
         self._conn = None
         self.current: RunJob | None = None
+        self.current_progress: dict = {}  # the running job's newest progress fields (status shows them)
+        self.current_since: float | None = None  # trio time the running job was sent
         self.restarts = 0
         self.fatal = ""  # why the child could not start, if it said so
+        self.seconds: dict[str, Buckets] = {}  # job kind -> wall time of its answered jobs (metrics)
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    def status(self) -> dict | None:
+        """The job running now: kind, seconds since it was sent, its newest progress; None when idle."""
+        job = self.current
+        if job is None or self.current_since is None:
+            return None
+        return {"kind": job.kind, "job_id": job.job_id, "seconds": round(trio.current_time() - self.current_since, 1),
+                "progress": dict(self.current_progress)}
 
     def submit(self, job: RunJob) -> None:
         """Queue a job (called from the trio thread, inside the core's effect handling: never feeds
@@ -129,6 +141,8 @@ class JobRunner:
 
     async def _run_one(self, job: RunJob) -> JobFinished | None:
         """Send one job and wait for its answer; None if the child died first."""
+        started = self.current_since = trio.current_time()
+        self.current_progress = {}
         try:
             self._conn.send((job.job_id, job.kind, job.payload))
         except (OSError, EOFError, ValueError):
@@ -141,9 +155,14 @@ class JobRunner:
                 return None
             tag = msg[0]
             if tag == "progress" and msg[1] == job.job_id:
+                self.current_progress = dict(msg[2])
                 self.log("job-progress", job=job.job_id, kind=job.kind, **dict(msg[2]))
             elif tag == "done" and msg[1] == job.job_id:
                 _, _, ok, result, error = msg
+                hist = self.seconds.get(job.kind)
+                if hist is None:  # the few kinds of swarm/jobs.py
+                    hist = self.seconds[job.kind] = Buckets(JOB_BOUNDS)
+                hist.observe(trio.current_time() - started)
                 return JobFinished(job.job_id, bool(ok), result, str(error))
             elif tag == "fatal":
                 self.fatal = str(msg[1])

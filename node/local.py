@@ -18,6 +18,7 @@ from pathlib import Path
 
 from node.control import ControlError, call, call_when_up
 from node.keeper import Keeper
+from node.local_progress import VersionLines
 from node.procs import start_peer, stop_processes
 from node.records import read_records
 from node.taskfile import EXAMPLE, TaskFileError, fill_pins
@@ -35,7 +36,8 @@ PROBE_INTERVAL = 2.0
 
 def run_local(peers: int, duration: float | None, summary: Path | None, base_dir: Path, task_file: Path | None,
               heartbeat: float = 2.0, probe_interval: float = PROBE_INTERVAL, malicious: list[str] | None = None,
-              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False, trainers: int = 1) -> int:
+              tui: bool = False, job_device: str = "cpu", restart_dead: bool = False, trainers: int = 1,
+              metrics_port: int | None = None) -> int:
     # SIGINT is how this launcher is stopped (Ctrl-C, or `kill -INT`). A shell that starts a job in
     # the background hands it SIGINT ignored, and then the signal did nothing: a CI run started
     # that way failed test_local_resume (the run went on past its Ctrl-C until killed).
@@ -54,8 +56,11 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
         # One torch thread for the trainer too: with two (--job-threads 2) its steps got slower here
         # (train_s 1.31 s against 1.15 s, 4 peers on 2 cores): the other core is never idle enough.
         device = ["--job-device", job_device] if job_device != "cpu" else []
+
+        def metrics(i: int) -> list[str]:  # peer i serves Prometheus metrics on 127.0.0.1:BASE+i
+            return [] if metrics_port is None else ["--metrics-port", str(metrics_port + i)]
         boot_args = ["--bootstrap", "--data-dir", str(dirs[0]), "--heartbeat-interval", str(heartbeat),
-                     "--roles", "trainer"]
+                     "--roles", "trainer"] + metrics(0)
         proc, boot = start_peer(boot_args + device, dirs[0] / "node.log")
         procs.append(proc)
         # A restarted bootstrap takes its old port again, so the address the others joined stays good.
@@ -67,12 +72,14 @@ def run_local(peers: int, duration: float | None, summary: Path | None, base_dir
             role = "trainer" if i < trainers else "validator" if kind == "lying-validator" else "worker"
             nice = 0 if i < trainers else WORKER_NICE
             args = (["--join", boot, "--data-dir", str(d), "--heartbeat-interval", str(heartbeat), "--roles", role]
-                    + (["--malicious", kind] if kind else []) + device)
+                    + (["--malicious", kind] if kind else []) + device + metrics(i))
             proc, _ = start_peer(args, d / "node.log", nice=nice)
             procs.append(proc)
             specs.append((args, d / "node.log", nice))
             _say(f"peer{i} started (pid {proc.pid}){' as a standby trainer' if i < trainers else ''}")
         _say(f"{peers} peers running (logs in {base_dir}/peer*/node.log); Ctrl-C stops them all")
+        if metrics_port is not None:
+            _say(f"Prometheus metrics on 127.0.0.1:{metrics_port}..{metrics_port + peers - 1}/metrics")
         # A base dir that ran before holds the task it announced: announcing it again (same table,
         # same created_at, same trainer key) gives the same task id, and the trainer resumes from the
         # last version it published (trainer/jobs.py) instead of starting over.
@@ -142,7 +149,7 @@ def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, 
     peers = len(dirs)
     next_report = next_probe = time.monotonic()
     probe_index = 0
-    shown_version = -1
+    versions = VersionLines(_say)
     shown_trainer: tuple | None = None  # (peer index, term) of the active trainer last reported
     failures_seen: dict[tuple, int] = {}
     while (end is None or time.monotonic() < end) and not stop.is_set():
@@ -156,8 +163,7 @@ def _supervise(keeper: Keeper, task_id: str, started: float, end: float | None, 
             views = [_quiet_call(d, "status") for d in dirs]
             _say(_progress_line(views, time.time() - started))
             shown_trainer = _show_trainer(views, task_id, shown_trainer)
-            trainer_dir = dirs[shown_trainer[0]] if shown_trainer else dirs[0]  # the versions' publisher
-            shown_version = _show_versions(trainer_dir, task_id, shown_version)
+            versions.update(views[shown_trainer[0] if shown_trainer else 0], task_id)  # the versions' publisher
             _show_failures(dirs, failures_seen)
             next_report = now + 5
         time.sleep(0.05)
@@ -277,22 +283,6 @@ def _show_trainer(views: list[dict | None], task_id: str, shown: tuple | None) -
     _, i, active = best
     _say(f"active trainer: peer{i} (rank {active['rank']}, term {active['term']}, version {active['version']})")
     return i, active["term"]
-
-
-def _show_versions(trainer_dir: Path, task_id: str, shown: int) -> int:
-    """Print a line per policy version published since the last call: the reward going up is the point."""
-    snap = _quiet_call(trainer_dir, "status")
-    work = (snap or {}).get("work", {}).get("trainer", {}).get(task_id)
-    if not work:
-        return shown
-    for record in work["history"]:
-        if record["version"] > shown:
-            extra = "  ".join(f"{k} {record[k]}" for k in ("reward", "loss", "heldout_greedy") if k in record)
-            if record.get("resumed"):
-                extra = "  ".join(x for x in (extra, "resumed from the data dirs") if x)
-            _say(f"version {record['version']:4d}  completions {record['completions']:7d}  {extra}")
-            shown = record["version"]
-    return shown
 
 
 def _summarise(dirs: list[Path], elapsed: float) -> dict:

@@ -51,7 +51,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 from node.jobrunner import JobRunner  # torch lives in the job process, not here
                 runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
                                    malicious=cfg.malicious, threads=cfg.job_threads, device=cfg.job_device,
-                                   inference=cfg.inference)
+                                   inference=cfg.inference, log=log)
                 await nursery.start(runner.run)
                 driver.job_runner = runner
                 if "trainer" in cfg.roles:
@@ -60,6 +60,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     # (bench/learning.py: the trainer's job process is the swarm's critical path).
                     checks = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
                                        malicious=cfg.malicious, device=cfg.job_device)
+                    checks.seconds = runner.seconds  # job durations by kind, one histogram per kind
                     await nursery.start(checks.run)
                     driver.check_runner = checks
             if cfg.upload_mbps is not None:
@@ -87,7 +88,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             handler = _control_handler(cfg, driver, host, stop)
             await nursery.start(control.serve_control, cfg.data_dir, handler)
             if cfg.metrics_port is not None:  # opt-in, 127.0.0.1 only: the same snapshot as `status`
-                from node.metrics import serve_metrics
+                from node.metrics_http import serve_metrics
                 await nursery.start(serve_metrics, cfg.metrics_port, lambda: handler("status", {}))
             nursery.start_soon(_keep_joined, cfg, driver, host)
             nursery.start_soon(_remember_peers, cfg, core)
@@ -129,7 +130,11 @@ def _control_handler(cfg: NodeConfig, driver: CoreDriver, host, stop: trio.Event
             snap["pid"] = os.getpid()
             snap["data_dir"] = str(cfg.data_dir)
             snap["host"] = {"connected": sorted(host.connected_peers()), "stats": host.stats.snapshot(),
-                            "driver": dict(driver.counters)}
+                            "driver": dict(driver.counters),
+                            "request_seconds": {p: h.snapshot() for p, h in sorted(driver.request_seconds.items())}}
+            runner = driver.job_runner  # a trainer's check runner shares its `seconds` (run_node)
+            snap["jobs"] = {"seconds": {k: h.snapshot() for k, h in sorted((runner.seconds if runner else {}).items())},
+                            "current": runner.status() if runner else None}
             snap["reachability"] = host.reachability()
             return snap
         if cmd == "latency":

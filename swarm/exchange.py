@@ -112,6 +112,7 @@ class ShardExchange:
         self.early: dict[bytes, dict[str, bytes]] = {}  # haves for roots we have no manifest for yet
         self.scheduler = Scheduler(self.config, rng)
         self.uploader = Uploader(self.config)
+        self.bytes_received = 0  # checked piece bytes kept, every download together (never decreases)
 
     # ------------------------------------------------------------------ versions
 
@@ -272,6 +273,7 @@ class ShardExchange:
         """Keep checked piece `index` (a `Store` when it completes its shard), credit its answer, and
         announce it soon (neighbours fetch it on from us)."""
         d.bytes_in += len(data)
+        self.bytes_received += len(data)
         d.flying.won(index, max(now - (deadline - self.config.timeout), 0.0))
         d.backoff.forgive(peer)
         d.announcer.soon(now, self.config.have_interval)

@@ -42,6 +42,7 @@ class PeerInfo:
     interval: float = 0.0  # the peer's declared heartbeat interval
     swarm: int = 0  # the swarm size the peer declared (StatusHeartbeat.peers; 0: it had no estimate)
     latency: float | None = None
+    clock_offset: float | None = None  # our clock minus its heartbeat's send time: delay plus clock skew
     connected: bool = False
     dial_failures: int = 0
     next_dial: float = 0.0
@@ -53,6 +54,7 @@ class PeerInfo:
             "tasks": list(self.tasks), "versions": dict(sorted(self.versions.items())),
             "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
             "latency_ms": None if self.latency is None else round(self.latency * 1000, 2),
+            "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset * 1000, 2),
         }
 
 
@@ -147,6 +149,7 @@ class Membership:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
+        info.clock_offset = now - beat.sent_at  # negative: its clock runs ahead of ours (doctor reports it)
         info.interval, info.swarm = beat.interval, beat.peers
         info.roles, info.agent, info.tasks = beat.roles, beat.agent, beat.tasks
         if info.versions != beat.versions:  # most heartbeats repeat the last (or declare none): keep ours

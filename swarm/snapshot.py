@@ -28,6 +28,7 @@ def status(core, now: float) -> dict:
         "tasks": tasks,
         "versions": dict(sorted(core.versions.items())),
         "downloads": core.shards.snapshot(now),
+        "weight_bytes": core.shards.byte_counts(),
         "work": work,
         "gossip": core.stats.snapshot(),
         # gossip messages by verdict, one count each (the host's validator counters match these)

@@ -16,6 +16,40 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[rank]
 
 
+# Upper bounds (seconds) of the latency histograms operators scrape (node/metrics.py).
+DELIVERY_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+REQUEST_BOUNDS = DELIVERY_BOUNDS + (60.0,)  # requests time out at most after a minute
+JOB_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)  # a model load to a train step
+
+
+class Buckets:
+    """A cumulative histogram: counts per upper bound plus sum and count, as Prometheus histograms are.
+    Fixed size whatever is observed, and plain data so a snapshot can carry it (no client library here)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = tuple(bounds)
+        self.counts = [0] * len(self.bounds)  # non-cumulative per bucket; +Inf is `count`
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        value = value if value > 0.0 else 0.0
+        self.count += 1
+        self.sum += value
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+    def snapshot(self) -> dict:
+        """{"buckets": [[bound, cumulative count], ...], "sum": s, "count": n}."""
+        running, out = 0, []
+        for bound, n in zip(self.bounds, self.counts):
+            running += n
+            out.append([bound, running])
+        return {"buckets": out, "sum": round(self.sum, 6), "count": self.count}
+
+
 class GossipStats:
     def __init__(self, latency_samples: int = 4096) -> None:
         self.accepted: Counter = Counter()  # by topic
@@ -26,6 +60,7 @@ class GossipStats:
         self.delivered_by_kind: Counter = Counter()
         self._latency: dict[str, deque[float]] = {}
         self._latency_samples = latency_samples
+        self._latency_hist: dict[str, Buckets] = {}  # by kind: the few kinds the core measures
 
     def on_received(self, topic: str, size: int, accepted: bool) -> None:
         (self.accepted if accepted else self.rejected)[topic] += 1
@@ -42,6 +77,10 @@ class GossipStats:
             if samples is None:
                 samples = self._latency[kind] = deque(maxlen=self._latency_samples)
             samples.append(latency if latency > 0.0 else 0.0)
+            hist = self._latency_hist.get(kind)
+            if hist is None:
+                hist = self._latency_hist[kind] = Buckets(DELIVERY_BOUNDS)
+            hist.observe(latency)
 
     def latency_samples(self) -> dict[str, list[float]]:
         return {kind: list(values) for kind, values in sorted(self._latency.items())}
@@ -62,4 +101,5 @@ class GossipStats:
                            "published": self.published[t], "bytes_out": self.bytes_out[t]} for t in topics},
             "delivered": dict(sorted(self.delivered_by_kind.items())),
             "latency": self.latency_summary(),
+            "latency_histogram": {kind: h.snapshot() for kind, h in sorted(self._latency_hist.items())},
         }

@@ -39,6 +39,8 @@ class InitJobs:
         resumed = self.resume(task)
         if resumed is not None:
             return resumed
+        # progress fields: what `swarm-node local` prints while version 0 is built (node/local_progress.py)
+        self.progress({"stage": "model", "model": task.model})
         model, tokenizer = base_model(task.model, job.seed)
         model = model.to(self.device)
         stats: dict[str, float] = {}
@@ -53,10 +55,12 @@ class InitJobs:
                 stats.update(warmup_loss=losses[-1], warmup_s=time.monotonic() - t0)
         n_eval = int_param(params, "eval_prompts", 256 if is_builtin(task.model) else 16)
         if n_eval:
+            self.progress({"stage": "heldout", "prompts": n_eval})
             backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
             max_new = grpo_config(params).max_new_tokens
             stats["heldout_greedy"] = env_call(task.env, "scoring held-out prompts", lambda: accuracy(
                 env, tokenizer, backend, n_eval, temperature=0.0, max_new_tokens=max_new))
+        self.progress({"stage": "pack"})
         digest, size, manifest = self.versions.publish(task, weights_state(model))
         load_weights(model, self.blobs.read(digest))  # peers run the version as rebuilt from its shards
         self.models.adopt_template(task.model, model, tokenizer)

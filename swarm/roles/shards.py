@@ -40,7 +40,8 @@ class ShardsRole(Role):
         self.exchange = ShardExchange(rng, config)
         self.owners: dict[bytes, set[int]] = {}  # root -> ids of the owners that need it
         self.waiting: dict[bytes, list] = {}  # root -> owners to tell when it is complete
-        self.served = 0
+        self.served = 0  # pieces answered
+        self.bytes_served = 0  # their bytes (operators graph weight traffic: node/metrics.py)
         self.refused = 0
         self.serves = not ctx.runs_role("leech")  # a leech (bench baseline) only downloads
         self.dialed: dict[str, float] = {}  # holders we dialed to fetch from -> when
@@ -122,11 +123,19 @@ class ShardsRole(Role):
             self.refused += 1
             return [Respond(request_id, error=why)]
         self.served += 1
+        self.bytes_served += serve.length
         return [_respond(request_id, serve)]
 
     def on_sent(self, now: float, request_id: int) -> list:
-        return [_respond(t, s) if s is not None else Respond(t, error="not-found")
-                for t, s in self.exchange.upload_done(request_id, now)]
+        out = []
+        for t, s in self.exchange.upload_done(request_id, now):
+            if s is None:
+                out.append(Respond(t, error="not-found"))
+            else:
+                self.served += 1
+                self.bytes_served += s.length
+                out.append(_respond(t, s))
+        return out
 
     def on_response(self, now, tag, response) -> list:
         root, index = tag
@@ -221,6 +230,10 @@ class ShardsRole(Role):
 
     def snapshot(self, now: float) -> list[dict]:
         return self.exchange.snapshot(now)
+
+    def byte_counts(self) -> dict:
+        """Weight and checkpoint traffic since start: checked piece bytes received, piece bytes served."""
+        return {"received": self.exchange.bytes_received, "served": self.bytes_served, "pieces_served": self.served}
 
 
 def _respond(request_id: int, serve) -> RespondShard:

@@ -107,6 +107,7 @@ def take_over(ctx, role, now: float, state) -> list:
     newest = policy.newest_held()
     old_term, silent = policy.term, fork.silent_for(now)
     state.term = max(fork.max_term, state.term) + 1
+    state.takeovers += 1
     state.version = max(fork.max_version, newest)
     state.weights = policy.held[newest]
     state.weights_by_version = dict(policy.held)

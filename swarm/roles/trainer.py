@@ -67,6 +67,7 @@ class TrainerTask:
     history: deque = field(default_factory=lambda: deque(maxlen=512))
     rank: int = 0  # index in the task's trainer_keys
     term: int = 0  # the term of the chain this trainer publishes (or last published)
+    takeovers: int = 0  # times this peer took the task over from a silent trainer (standby.py)
     active: bool = True  # publishing; False: a standby following the head chain
     policy: PolicyFollower | None = None  # a standby's follower
     chain_terms: dict[int, int] = field(default_factory=dict)  # version -> term, for the versions we train from
@@ -409,6 +410,7 @@ class TrainerRole(Role):
 
     def snapshot(self) -> dict:
         return {task_id: {"version": s.version, "training": s.busy, "active": s.active, "term": s.term, "rank": s.rank,
+                          "takeovers": s.takeovers,
                           "ready": sum(1 for p in s.pending.values() if p.result is not None),
                           "checking": sum(1 for p in s.pending.values() if p.result is None),
                           "rejected": s.rejected, "own_checks": s.own_checks, "by_quorum": s.by_quorum,

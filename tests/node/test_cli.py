@@ -12,7 +12,8 @@ def run_cli(*args, timeout=30):
     return subprocess.run([sys.executable, "-m", "node.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["start", "--help"], ["local", "--help"], ["task", "announce", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["start", "--help"], ["local", "--help"], ["task", "announce", "--help"],
+                                  ["doctor", "--help"]])
 def test_help_is_fast(args):
     started = time.monotonic()
     out = run_cli(*args)
@@ -78,3 +79,30 @@ def test_local_passes_the_trainer_count_on(tmp_path, monkeypatch):
     assert seen["trainers"] == 2 and seen["peers"] == 3
     assert main(["local", "--peers", "3", "--base-dir", str(tmp_path)]) == 0
     assert seen["trainers"] == 1
+
+
+def test_local_gives_each_peer_a_metrics_port(tmp_path, monkeypatch, capsys):
+    """`local --metrics-port BASE`: peer i is started with --metrics-port BASE+i (stopped at once here:
+    the fake start of the last peer is a Ctrl-C)."""
+    import node.local
+    started = []
+
+    class Done:
+        pid, returncode, stdout = 1, 0, None
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    def fake_start(args, log_path, nice=0):
+        started.append(args)
+        if len(started) == 3:
+            raise KeyboardInterrupt
+        return Done(), "/ip4/127.0.0.1/tcp/4001/p2p/12D3KooWfake"
+    monkeypatch.setattr(node.local, "start_peer", fake_start)
+    assert main(["local", "--peers", "3", "--metrics-port", "9500", "--base-dir", str(tmp_path)]) == 0
+    assert [a[a.index("--metrics-port") + 1] for a in started] == ["9500", "9501", "9502"]
+    assert main(["local", "--peers", "3", "--metrics-port", "65535", "--base-dir", str(tmp_path)]) == 2
+    assert "--metrics-port 65535: give a port from 1 to 65533" in capsys.readouterr().err

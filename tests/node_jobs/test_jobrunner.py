@@ -67,7 +67,13 @@ async def test_jobs_run_in_order_failures_and_refusals_come_back(tmp_path):
         await h.wait(lambda: len(h.done) == 5)
         assert h.done[4].ok and h.done[4].result.size > 0 and h.runner.restarts == 0
         assert any(e == "job-progress" and f["stage"] == "warmup" for e, f in h.events)
+        # version 0's stages, in order: what `swarm-node local` shows while it is built
+        stages = [f["stage"] for e, f in h.events if e == "job-progress" and f["job"] == 1]
+        assert [s for i, s in enumerate(stages) if i == 0 or stages[i - 1] != s] == ["model", "warmup", "heldout", "pack"]
         assert ("job-process-ready", {"threads": 2}) in h.events
+        # durations of the answered jobs, by kind (swarm_job_duration_seconds)
+        assert h.runner.seconds["init"].count == 1 and h.runner.seconds["generate"].count == 2
+        assert h.runner.status() is None  # idle
         nursery.cancel_scope.cancel()
 
 
@@ -77,7 +83,9 @@ async def test_killed_child_is_replaced_and_cancellation_ends_the_child(tmp_path
         await nursery.start(h.runner.run)
         h.runner.submit(RunJob(1, "init", InitJob(SLOW, seed=0)))
         h.runner.submit(RunJob(2, "init", InitJob(QUICK, seed=0)))
-        await h.wait(lambda: any(e == "job-progress" for e, _ in h.events))  # job 1 is mid warm-up
+        await h.wait(lambda: any(e == "job-progress" and f["stage"] == "warmup" for e, f in h.events))  # mid warm-up
+        current = h.runner.status()
+        assert current["kind"] == "init" and current["job_id"] == 1 and current["progress"]["stage"] == "warmup"
         first = h.runner.pid
         os.kill(first, signal.SIGKILL)
         await h.wait(lambda: len(h.done) == 2)

@@ -106,6 +106,8 @@ def test_the_next_rank_takes_over_after_silence_and_workers_follow():
     assert [p for p, _ in takeovers] == [trainers[1].peer_id]  # rank 2 waits for the alive rank 1
     fields = takeovers[0][1]
     assert fields["term"] == 1 and fields["silent"] >= TAKEOVER and fields["version"] >= before
+    counted = {c.peer_id: c.snapshot(net.now)["work"]["trainer"][fields["task_id"]]["takeovers"] for c in trainers[1:]}
+    assert counted == {trainers[1].peer_id: 1, trainers[2].peer_id: 0}  # swarm_trainer_takeovers_total
     after = published(net, trainers[1].peer_id)
     assert len(after) >= 3 and after[0][1]["version"] == fields["version"] + 1
     assert min(f["version"] for _, f in after) > before  # numbered above every version heard
