@@ -45,4 +45,4 @@ def record(state_path: Path, worker_key: bytes, version: int, indices) -> None:
     done.setdefault(int(version), set()).add(_key(worker_key, indices))
     newest = max(done)
     kept = {str(v): sorted(keys) for v, keys in sorted(done.items()) if v > newest - KEEP_VERSIONS}
-    write_atomic(path, json.dumps(kept).encode())
+    write_atomic(path, json.dumps(kept).encode(), point="generated")
