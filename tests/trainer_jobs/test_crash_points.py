@@ -12,8 +12,6 @@ import shutil
 
 import pytest
 
-pytestmark = pytest.mark.slow  # a trained task, and a torch step per crash point
-
 from gossip.hashing import blake2b256
 from swarm.jobs import GenerateJob, InitJob, TrainJob, UnpackJob
 from tests.crash import crash_in_child
@@ -21,6 +19,7 @@ from tests.trainer_jobs.conftest import TASK as JOBS_TASK
 from tests.trainer_jobs.test_versions import signed_form
 from trainer.jobs import JobWorker
 
+pytestmark = pytest.mark.slow  # a trained task, and a torch step per crash point
 TASK = dataclasses.replace(JOBS_TASK, params={**JOBS_TASK.params, "eval_prompts": 0})
 WORKER = b"w" * 32
 # (point, whether the step's version is recorded in trainer.json when it dies there, so that the
