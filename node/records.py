@@ -42,8 +42,8 @@ class Records:
                     out.write("\n")
                     self._torn = False
                 torn_write(out, line, "records")
-        except OSError:
-            pass  # records are for reading back later; never let a full disk stop the peer
+        except OSError:  # records are for reading back later; never let a full disk stop the peer
+            self._torn = _ends_torn(self.path)  # a line cut short by the full disk is ended first next time
 
 
 def _ends_torn(path: Path) -> bool:

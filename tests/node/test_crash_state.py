@@ -76,3 +76,16 @@ def test_a_crash_point_that_does_not_exist_is_refused():
         with pytest.raises(ValueError, match="SWARM_CRASH_AT"):
             crashpoints.arm(spec)
     assert not crashpoints.armed()
+
+
+def test_a_damaged_generated_slices_file_is_set_aside_with_a_log_line(tmp_path, capfd):
+    from trainer import generated
+
+    generated.record(tmp_path, b"w" * 32, 3, (1, 2))
+    assert generated.seen(tmp_path, b"w" * 32, 3, (1, 2))
+    (tmp_path / generated.FILE).write_text("[not, json")
+    assert not generated.seen(tmp_path, b"w" * 32, 3, (1, 2))
+    assert "state-file-discarded" in capfd.readouterr().err
+    assert (tmp_path / (generated.FILE + ".damaged")).read_text() == "[not, json"
+    generated.record(tmp_path, b"w" * 32, 4, (5, 6))  # and it records again from scratch
+    assert generated.seen(tmp_path, b"w" * 32, 4, (5, 6))
