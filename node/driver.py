@@ -17,11 +17,11 @@ import trio
 from node.p2p import DialError, MessageTooLarge, RequestError
 from node.p2p.reqresp import Reply
 from swarm import jobs, protocols, shardwire
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished,
+                      KeepShards, LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected,
+                      Publish, RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest,
+                      ShardSent, ShardsPresent, StoreBlob, StoreShard, StreamAbuse, Subscribe, Tick, Unsubscribe)
 from trainer.fsutil import DISK_ERRNOS, is_disk_error
-from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
-                      JobFinished, LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
-                      RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
-                      ShardsPresent, StoreBlob, StoreShard, StreamAbuse, Subscribe, Tick, Unsubscribe)
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
