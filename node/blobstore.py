@@ -44,7 +44,7 @@ class BlobStore:
         if expected is not None and digest != expected:
             return None
         if not self._path(digest).exists():
-            write_atomic(self._path(digest), data)
+            write_atomic(self._path(digest), data, point="blob")
             self._count(digest.hex(), time.time(), len(data))
             self._hold_cap()
         return digest

@@ -160,10 +160,23 @@ def cmd_start(args) -> int:
         load_or_create_identity(cfg.data_dir)  # a bad key file fails here, before anything starts
     except KeyFileError as exc:
         return _fail(str(exc))
+    except OSError as exc:
+        return _fail(_unwritable(cfg.data_dir, exc))
+    try:
+        probe = cfg.data_dir / ".start-probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return _fail(_unwritable(cfg.data_dir, exc))
     try:
         return _run_until_signal(cfg)
     except OSError as exc:
         return _fail(f"cannot listen on {cfg.host}:{cfg.port} (or metrics port {cfg.metrics_port}): {exc}")
+
+
+def _unwritable(data_dir: Path, exc: OSError) -> str:
+    return (f"the data dir {data_dir} cannot be written ({exc.strerror or exc}): the node keeps its key, control "
+            "file, blobs and state there; make it writable (a read-only mount?) or pick another --data-dir")
 
 
 def cmd_config(args) -> int:

@@ -77,6 +77,9 @@ class NodeConfig(Settings):
     reachability: bool = Field(True, description="ask peers to dial us back to learn whether we are reachable "
                                "(private: reserve relay slots)")
     quic: bool = Field(False, description="also listen on QUIC (udp): experimental, see docs/benchmarks.md")
+    min_free_mb: float = Field(256.0, ge=0, description="below this much free space in the data dir the node "
+                               "takes no work that writes (jobs, fetched blobs and shards) and says so in status",
+                               json_schema_extra={"metavar": "MB"})
 
     @field_validator("announce")
     @classmethod

@@ -37,7 +37,7 @@ async def serve_control(data_dir: Path, handler: Callable[[str, dict], Awaitable
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     port = listeners[0].socket.getsockname()[1]
     write_atomic(control_path(data_dir), json.dumps({"port": port, "token": token, "pid": os.getpid()}).encode(),
-                 mode=0o600)
+                 mode=0o600, point="control-json")
 
     async def serve_one(stream: trio.SocketStream) -> None:
         async with stream:

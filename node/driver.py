@@ -17,11 +17,12 @@ import trio
 from node.p2p import DialError, MessageTooLarge, RequestError
 from node.p2p.reqresp import Reply
 from swarm import jobs, protocols, shardwire
-from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, KeepShards,
-                      LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish,
-                      RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent,
-                      ShardsPresent, StoreBlob, StoreShard, StreamAbuse, Subscribe, Tick, Unsubscribe)
+from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished,
+                      KeepShards, LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected,
+                      Publish, RequestReceived, Respond, RespondShard, ResponseReceived, RunJob, SendRequest,
+                      ShardSent, ShardsPresent, StoreBlob, StoreShard, StreamAbuse, Subscribe, Tick, Unsubscribe)
 from swarm.stats import REQUEST_BOUNDS, Buckets
+from trainer.fsutil import DISK_ERRNOS, is_disk_error
 
 PUBLISH_QUEUE = 1024
 REPLY_TIMEOUT = 30.0
@@ -46,6 +47,7 @@ class CoreDriver:
         self.records = records  # node.records.Records: the durable log of what this peer did
         self.shards = shards  # node.shardstore.ShardDir: weight shards, stored, served and resumed from
         self.uplink = None  # node.uplink.Uplink: shard answers leave at an emulated upload rate (off: None)
+        self.disk = None  # node.diskwatch.DiskWatch: while the data dir takes no writes, no work that writes is taken
         self.counters: Counter = Counter()
         self.request_seconds: dict[str, Buckets] = {}  # protocol -> how long our requests took (metrics)
         self.banned: set[str] = set()
@@ -181,7 +183,11 @@ class CoreDriver:
 
     def _run_job(self, effect: RunJob) -> None:
         runner = self.check_runner if effect.kind == jobs.VERIFY and self.check_runner else self.job_runner
-        if runner is None:
+        if effect.kind != jobs.VERIFY and self.disk is not None and not self.disk.ok:  # checks write nothing
+            self.counters["job-refused-disk"] += 1
+            error = f"disk {self.disk.state}: {self.disk.reason}; no job that writes runs until it takes writes again"
+            self.nursery.start_soon(self._feed_later, JobFinished(effect.job_id, False, None, error))
+        elif runner is None:
             self.counters["job-without-runner"] += 1
         else:
             runner.submit(effect)
@@ -201,8 +207,15 @@ class CoreDriver:
         slot.event.set()
 
     def _store_shard(self, effect: StoreShard) -> None:
-        if self.shards is None or not self.shards.put(effect.digest, effect.data):
-            self.counters["shard-not-stored"] += 1
+        if self.disk is not None and not self.disk.ok:
+            self.counters["shard-not-stored-disk"] += 1
+            return
+        try:
+            if self.shards is None or not self.shards.put(effect.digest, effect.data):
+                self.counters["shard-not-stored"] += 1
+        except OSError as exc:
+            self.counters["shard-not-stored-disk"] += 1
+            self.write_failed(exc, "shard")
 
     def _check_shards(self, effect: CheckShards) -> None:
         present = self.shards.present(effect.digests) if self.shards is not None else frozenset()
@@ -217,8 +230,37 @@ class CoreDriver:
             self.nursery.start_soon(trio.to_thread.run_sync, self.blobs.drop, effect.digests)
 
     def _store_blob(self, effect: StoreBlob) -> None:
-        if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
-            self.counters["blob-not-stored"] += 1
+        if self.disk is not None and not self.disk.ok:
+            self.counters["blob-not-stored-disk"] += 1
+            return
+        try:
+            if self.blobs is None or self.blobs.put(effect.data, expected=effect.digest) is None:
+                self.counters["blob-not-stored"] += 1
+        except OSError as exc:
+            self.counters["blob-not-stored-disk"] += 1
+            self.write_failed(exc, "blob")
+
+    # ---------------------------------------------------------------- the disk
+
+    def write_failed(self, exc: OSError, what: str) -> None:
+        """A write of ours failed (nothing was left half-written: trainer/fsutil.py); full or read-only
+        disks change the watch's state, anything else is logged."""
+        if self.disk is not None and is_disk_error(exc):
+            self.disk_changed(self.disk.refused(exc))
+        else:
+            self.log("write-failed", what=what, error=str(exc))
+
+    def disk_changed(self, state: str | None) -> None:
+        if state is not None:
+            self.log(f"disk-{state}", data_dir=self.disk.data_dir, reason=self.disk.reason or "writes succeed again",
+                     free_mb=None if self.disk.free is None else self.disk.free >> 20)
+
+    def job_finished(self, done: JobFinished) -> None:
+        """A job's answer (node/jobrunner.py); one the job process's disk refused tells the watch first."""
+        code = next((e for e in DISK_ERRNOS if f"[Errno {e}]" in done.error), None) if not done.ok else None
+        if code is not None and self.disk is not None:
+            self.disk_changed(self.disk.refused(OSError(code, done.error[:200])))
+        self.feed(done)
 
     def _emit(self, effect: Emit) -> None:
         self.log(effect.event, **effect.fields)

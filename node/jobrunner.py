@@ -270,6 +270,10 @@ def child_main(conn, blob_dir: str, state_dir: str, malicious: str = "", threads
     parent = multiprocessing.parent_process()
     if parent is not None and parent.pid is not None:
         die_with_parent(parent.pid, signal.SIGKILL)
+        from trainer import crashpoints
+
+        if crashpoints.armed():  # crash tests (SWARM_CRASH_AT): a crash here is the machine's, the node's too
+            crashpoints.take_along(parent.pid)
     try:
         import torch
 

@@ -32,7 +32,7 @@ def create_identity(data_dir: Path, seed: bytes | None = None) -> Identity:
         raise KeyFileError(f"{path} already exists; remove it first if you really want a new peer id")
     identity = Identity(seed if seed is not None else os.urandom(32))
     Path(data_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_atomic(path, f"{_HEADER}\n{identity.seed.hex()}\n".encode(), mode=0o600)
+    write_atomic(path, f"{_HEADER}\n{identity.seed.hex()}\n".encode(), mode=0o600, point="identity-key")
     return identity
 
 

@@ -220,7 +220,7 @@ def _saved_task(base_dir: Path) -> dict | None:
 
 
 def _save_task(base_dir: Path, record: dict) -> None:
-    write_atomic(base_dir / TASK_RECORD, json.dumps(record, indent=2, sort_keys=True).encode())
+    write_atomic(base_dir / TASK_RECORD, json.dumps(record, indent=2, sort_keys=True).encode(), point="task-record")
 
 
 _LOG = None  # where progress goes while the TUI owns the terminal

@@ -3,7 +3,8 @@ trainer takeovers (when a standby took over, from which version; a trainer stand
 
 `swarm-node local` summaries and audits ("zero rollouts of a banned peer were trained on") read
 this file, not the logs. JSON lines in `<data-dir>/records.jsonl`; rotated to `.1` past `max_bytes`
-so it stays bounded.
+so it stays bounded. Appended, not written atomically: a crash can leave a torn last line, which
+readers skip, and the next append starts on a fresh line so it is not lost with it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Iterator
+
+from trainer.crashpoints import torn_write
 
 RECORDED = frozenset({"version-published", "rollout-trained", "rollout-dropped", "version-installed",
                       "rollouts-committed", "peer-banned", "job-failed", "task-learned", "shards-complete",
@@ -25,6 +28,7 @@ class Records:
     def __init__(self, data_dir: Path, max_bytes: int = 64 << 20) -> None:
         self.path = Path(data_dir) / FILE
         self.max_bytes = max_bytes
+        self._torn = _ends_torn(self.path)  # a crash cut the last line: end it before the first append
 
     def append(self, now: float, event: str, fields: Any) -> None:
         if event not in RECORDED:
@@ -34,9 +38,21 @@ class Records:
             if self.path.exists() and self.path.stat().st_size > self.max_bytes:
                 os.replace(self.path, self.path.with_suffix(".jsonl.1"))
             with open(self.path, "a") as out:
-                out.write(line)
-        except OSError:
-            pass  # records are for reading back later; never let a full disk stop the peer
+                if self._torn:
+                    out.write("\n")
+                    self._torn = False
+                torn_write(out, line, "records")
+        except OSError:  # records are for reading back later; never let a full disk stop the peer
+            self._torn = _ends_torn(self.path)  # a line cut short by the full disk is ended first next time
+
+
+def _ends_torn(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:  # missing or empty
+        return False
 
 
 def read_records(data_dir: Path, event: str | None = None) -> Iterator[dict]:

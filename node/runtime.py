@@ -16,6 +16,7 @@ import trio
 from node import control
 from node.blobstore import BlobStore
 from node.config import NodeConfig
+from node.diskwatch import CHECK_EVERY, DiskWatch
 from node.driver import CoreDriver
 from node.keystore import load_or_create_identity
 from node.log import EventLog
@@ -47,9 +48,11 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
         async with trio.open_nursery() as nursery:
             driver = CoreDriver(core, host, nursery, log, blobs=blobs, records=Records(cfg.data_dir),
                                 shards=ShardDir(Path(cfg.data_dir) / "shards"))
+            driver.disk = DiskWatch(cfg.data_dir, int(cfg.min_free_mb * (1 << 20)))
+            driver.disk_changed(driver.disk.check())
             if {"worker", "trainer", "validator"} & set(cfg.roles):
                 from node.jobrunner import JobRunner  # torch lives in the job process, not here
-                runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
+                runner = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.job_finished,
                                    malicious=cfg.malicious, threads=cfg.job_threads, device=cfg.job_device,
                                    inference=cfg.inference, log=log)
                 await nursery.start(runner.run)
@@ -58,7 +61,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                     # The trainer's checks get a job process of their own: one train job and the
                     # verify jobs for the next step then use both cores instead of queueing in one
                     # (bench/learning.py: the trainer's job process is the swarm's critical path).
-                    checks = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.feed,
+                    checks = JobRunner(Path(cfg.data_dir) / "blobs", Path(cfg.data_dir) / "state", driver.job_finished,
                                        malicious=cfg.malicious, device=cfg.job_device)
                     checks.seconds = runner.seconds  # job durations by kind, one histogram per kind
                     await nursery.start(checks.run)
@@ -91,7 +94,8 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
                 from node.metrics_http import serve_metrics
                 await nursery.start(serve_metrics, cfg.metrics_port, lambda: handler("status", {}))
             nursery.start_soon(_keep_joined, cfg, driver, host)
-            nursery.start_soon(_remember_peers, cfg, core)
+            nursery.start_soon(_remember_peers, cfg, driver)
+            nursery.start_soon(_watch_disk, driver)
             log("started", peer=identity.peer_id, addrs=" ".join(addrs), roles=",".join(cfg.roles),
                 **({"malicious": cfg.malicious} if cfg.malicious else {}))
             task_status.started(addrs)
@@ -136,6 +140,7 @@ def _control_handler(cfg: NodeConfig, driver: CoreDriver, host, stop: trio.Event
             snap["jobs"] = {"seconds": {k: h.snapshot() for k, h in sorted((runner.seconds if runner else {}).items())},
                             "current": runner.status() if runner else None}
             snap["reachability"] = host.reachability()
+            snap["disk"] = driver.disk.snapshot()
             return snap
         if cmd == "latency":
             return driver.core.stats.latency_samples()
@@ -211,10 +216,20 @@ def _remembered_addrs(cfg: NodeConfig) -> list[str]:
         return []
 
 
-async def _remember_peers(cfg: NodeConfig, core: PeerCore) -> None:
+async def _remember_peers(cfg: NodeConfig, driver: CoreDriver) -> None:
     while True:
         await trio.sleep(5)
         addrs = [f"{info.addrs[0]}/p2p/{pid}" if not info.addrs[0].endswith(pid) else info.addrs[0]
-                 for pid, info in sorted(core.membership.peers.items()) if info.state == "alive" and info.addrs]
-        if addrs:
-            write_atomic(Path(cfg.data_dir) / PEERS_FILE, json.dumps(addrs[:16]).encode())
+                 for pid, info in sorted(driver.core.membership.peers.items()) if info.state == "alive" and info.addrs]
+        if addrs and driver.disk.ok:
+            try:
+                write_atomic(Path(cfg.data_dir) / PEERS_FILE, json.dumps(addrs[:16]).encode(), point="peers-json")
+            except OSError as exc:
+                driver.write_failed(exc, PEERS_FILE)
+
+
+async def _watch_disk(driver: CoreDriver) -> None:
+    """The data dir's free space, and whether it takes writes again (node/diskwatch.py)."""
+    while True:
+        await trio.sleep(CHECK_EVERY)
+        driver.disk_changed(await trio.to_thread.run_sync(driver.disk.check))

@@ -35,7 +35,7 @@ class ShardDir:
         if len(digest) != 32 or blake2b256(data) != digest:
             return False
         if not self._path(digest).exists():
-            write_atomic(self._path(digest), data)
+            write_atomic(self._path(digest), data, point="shard")
         return True
 
     def get(self, digest: bytes) -> bytes | None:

@@ -23,6 +23,12 @@ def render_status(snap: dict) -> str:
             reason = (work.get(t["task_id"]) or {}).get("refused") if isinstance(work, dict) else None
             if reason:  # this node cannot work on the task as signed: what to install or fetch
                 lines.append(f"    {role} REFUSED: {reason}")
+    disk = snap.get("disk")
+    if disk:
+        free = "?" if disk.get("free_bytes") is None else f"{disk['free_bytes'] >> 20} MiB free"
+        lines.append(f"disk: {free}" if disk.get("state") == "ok" else
+                     f"disk {str(disk.get('state')).upper()}: {disk.get('reason')} ({free}); taking no work that "
+                     "writes until it takes writes again")
     msgs = snap.get("messages", {})
     rejected = ", ".join(f"{k} {v}" for k, v in msgs.get("rejected", {}).items()) or "none"
     lines.append(f"messages: accepted {msgs.get('accepted', 0)}; rejected: {rejected}")

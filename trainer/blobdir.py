@@ -19,9 +19,10 @@ class BlobError(RuntimeError):
 
 
 class BlobDir:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, point: str = "blob") -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
+        self.point = point  # the crash point of its writes (trainer/crashpoints.py): "blob" or "shard"
 
     def path(self, digest: bytes) -> Path:
         return self.root / bytes(digest).hex()
@@ -48,5 +49,5 @@ class BlobDir:
         if target.exists():
             os.utime(target)  # fresh again for the store's oldest-first eviction
             return digest
-        write_atomic(target, data)
+        write_atomic(target, data, point=self.point)
         return digest

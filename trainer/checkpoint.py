@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from trainer.blobdir import BlobError
+from trainer.crashpoints import crash_point
 from trainer.versions import pack_settings
 from trainer.weights import WeightsError, pack_version, unpack_version
 from trainer.weights.manifest import FORMAT
@@ -64,6 +65,7 @@ def pack(params, model: torch.nn.Module, optimizer: torch.optim.Optimizer, publi
                           piece_size=shard_size, dtype="fp32")
     for shard in packed.shards:
         write_shard(shard)
+        crash_point("checkpoint-pack")
     return {"root": packed.root, "dtype": packed.dtype, "shard_size": packed.shard_size,
             "raw_size": packed.raw_size, "compressed_size": packed.compressed_size,
             "shard_hashes": tuple(packed.shard_hashes), "piece_size": packed.piece_size,

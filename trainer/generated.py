@@ -16,7 +16,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from trainer.fsutil import write_atomic
+from trainer.fsutil import discard, write_atomic
 
 FILE = "generated.json"
 KEEP_VERSIONS = 64  # versions far outside any async window are forgotten; the file stays small
@@ -30,8 +30,11 @@ def _key(worker_key: bytes, indices) -> str:
 def _load(path: Path) -> dict[int, set[str]]:
     try:
         return {int(v): set(keys) for v, keys in json.loads(path.read_text()).items()}
-    except (OSError, ValueError, AttributeError, TypeError):
-        return {}  # none yet, or unreadable (a torn file cannot happen: writes are atomic)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, AttributeError, TypeError) as exc:  # damaged (writes are atomic: not by a crash)
+        discard(path, f"unreadable ({exc}); slices generated before it was damaged are not known any more")
+        return {}
 
 
 def seen(state_path: Path, worker_key: bytes, version: int, indices) -> bool:
@@ -45,4 +48,4 @@ def record(state_path: Path, worker_key: bytes, version: int, indices) -> None:
     done.setdefault(int(version), set()).add(_key(worker_key, indices))
     newest = max(done)
     kept = {str(v): sorted(keys) for v, keys in sorted(done.items()) if v > newest - KEEP_VERSIONS}
-    write_atomic(path, json.dumps(kept).encode())
+    write_atomic(path, json.dumps(kept).encode(), point="generated")

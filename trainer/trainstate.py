@@ -3,6 +3,9 @@
 Layout of `state_dir/<task>/`:
     trainer.json                     {"version", "weights" (hex), "term"}: the last version trained and
                                      the term it was signed in, written just before it is published
+    trainer.backup.json              the same record, written right after it: what a damaged
+                                     trainer.json is replaced by (losing it could make the trainer sign
+                                     a version number twice, which peers punish as equivocation)
     optimizer-<hash16>.safetensors   Adam state tensors ("state.<param>.<name>"), param groups in metadata
     optimizer.json                   {"version", "weights", "optimizer" (file name), "optimizer_hash"}
 Every file is written atomically. `trainer.json` is written before a version is published (`save_version`);
@@ -11,7 +14,9 @@ trainer's critical path), optimizer file first and `optimizer.json` last, so a c
 either the previous consistent pair or the new one. Optimizer state is only loaded for the exact
 (version, weights) it was saved with: moments of another version would be wrong, not stale, so a crash
 between publishing a version and saving its moments costs the resumed trainer its moments, never its
-version. Safetensors rather than torch.save: loading never unpickles anything.
+version. A file damaged anyway (a disk, a hand) is moved aside (`<name>.damaged`, trainer/fsutil.py
+`discard`) with a log line: a damaged trainer.json gives way to its backup, damaged moments to fresh
+ones. Safetensors rather than torch.save: loading never unpickles anything.
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 
 import torch
 
 from gossip.hashing import blake2b256
-from trainer.fsutil import write_atomic
+from trainer.fsutil import discard, write_atomic
 
 STATE_FILE = "trainer.json"
+BACKUP_FILE = "trainer.backup.json"
 OPTIMIZER_FILE = "optimizer.json"
 
 
@@ -43,9 +50,10 @@ def safe_name(task_id: str) -> str:
 
 def save_version(directory: Path, version: int, weights: bytes, term: int = 0) -> None:
     """Record the version about to be published (what a restarted trainer resumes from) and its term
-    (a trainer must never sign a lower term than it signed before: swarm/forkchoice.py)."""
-    write_atomic(Path(directory) / STATE_FILE,
-                  json.dumps({"version": version, "weights": bytes(weights).hex(), "term": int(term)}).encode())
+    (a trainer must never sign a lower term than it signed before: swarm/forkchoice.py), then its backup."""
+    data = json.dumps({"version": version, "weights": bytes(weights).hex(), "term": int(term)}).encode()
+    write_atomic(Path(directory) / STATE_FILE, data, point="trainer-json")
+    write_atomic(Path(directory) / BACKUP_FILE, data, point="trainer-json")
 
 
 def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weights: bytes) -> None:
@@ -64,28 +72,49 @@ def save(directory: Path, optimizer: torch.optim.Optimizer, version: int, weight
     digest = blake2b256(data).hex()
     name = f"optimizer-{digest[:16]}.safetensors"
     directory = Path(directory)
-    write_atomic(directory / name, data)
+    write_atomic(directory / name, data, point="optimizer")
     record = {"version": version, "weights": bytes(weights).hex(), "optimizer": name, "optimizer_hash": digest}
-    write_atomic(directory / OPTIMIZER_FILE, json.dumps(record).encode())
+    write_atomic(directory / OPTIMIZER_FILE, json.dumps(record).encode(), point="optimizer-json")
     for old in directory.glob("optimizer-*.safetensors"):
         if old.name != name:
             old.unlink(missing_ok=True)
 
 
 def saved(directory: Path) -> dict | None:
-    """The last published version's record ({"version", "weights"}), or None."""
-    return _record(Path(directory) / STATE_FILE, {"version", "weights"})
-
-
-def _record(path: Path, keys: set[str]) -> dict | None:
+    """The last published version's record ({"version", "weights", "term"}), or None. A damaged
+    trainer.json is discarded for its backup; with both damaged the trainer starts at version 0."""
+    directory = Path(directory)
     try:
-        record = json.loads(path.read_text())
+        return _record(directory / STATE_FILE, STATE_KEYS)
+    except StateError as exc:
+        discard(directory / STATE_FILE, str(exc))
+    try:
+        record = _record(directory / BACKUP_FILE, STATE_KEYS)
+    except StateError as exc:
+        discard(directory / BACKUP_FILE, f"{exc}; the trainer starts this task again from version 0")
+        return None
+    if record is None:
+        print(f"state-file-missing path={directory / BACKUP_FILE}: the trainer starts this task again from version 0",
+              file=sys.stderr, flush=True)
+    return record
+
+
+STATE_KEYS = {"version": int, "weights": str}
+OPTIMIZER_KEYS = {"version": int, "weights": str, "optimizer": str, "optimizer_hash": str}
+
+
+def _record(path: Path, keys: dict[str, type]) -> dict | None:
+    """The JSON record at `path`, None if there is none; StateError if it is damaged."""
+    try:
+        record = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise StateError(f"{path} is unreadable ({exc}); delete it to start afresh") from None
-    if not isinstance(record, dict) or not keys <= set(record):
-        raise StateError(f"{path} is not a trainer state file; delete it to start afresh")
+        raise StateError(f"{path} is unreadable ({exc})") from None
+    if not isinstance(record, dict) or any(not isinstance(record.get(k), t) for k, t in keys.items()):
+        raise StateError(f"{path} is not a trainer state file (fields {sorted(keys)} expected)")
+    if not re.fullmatch(r"[0-9a-f]{64}", record["weights"]):
+        raise StateError(f"{path} names no weights hash")
     return record
 
 
@@ -94,23 +123,26 @@ def load_if_matching(directory: Path, optimizer: torch.optim.Optimizer, version:
     weights; returns whether it did."""
     from safetensors.torch import load as st_load
 
-    record = _record(Path(directory) / OPTIMIZER_FILE, {"version", "weights", "optimizer", "optimizer_hash"})
+    directory = Path(directory)
+    try:
+        record = _record(directory / OPTIMIZER_FILE, OPTIMIZER_KEYS)
+    except StateError as exc:
+        discard(directory / OPTIMIZER_FILE, f"{exc}; the trainer goes on with fresh optimizer moments")
+        return False
     if record is None or record["version"] != version or record["weights"] != bytes(weights).hex():
         return False
-    path = Path(directory) / str(record["optimizer"])
+    path = directory / Path(record["optimizer"]).name
     try:
         data = path.read_bytes()
-    except OSError as exc:
-        raise StateError(f"{path} is missing ({exc}); delete {OPTIMIZER_FILE} beside it to start afresh") from None
-    if blake2b256(data).hex() != record["optimizer_hash"]:
-        raise StateError(f"{path} is corrupt (hash mismatch); delete it and {OPTIMIZER_FILE} to start afresh")
-    try:
+        if blake2b256(data).hex() != record["optimizer_hash"]:
+            raise StateError(f"{path} is corrupt (hash mismatch)")
         tensors = st_load(data)
         meta = _metadata(data)
         groups = json.loads(meta["param_groups"])
         scalars = json.loads(meta["scalars"])
-    except Exception as exc:  # safetensors and json raise several types on garbage
-        raise StateError(f"{path} is unreadable ({exc}); delete it and {OPTIMIZER_FILE} to start afresh") from None
+    except Exception as exc:  # missing, or safetensors and json raise several types on garbage
+        _discard_moments(directory, path, str(exc))
+        return False
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         _, pid, name = key.split(".", 2)
@@ -124,9 +156,16 @@ def load_if_matching(directory: Path, optimizer: torch.optim.Optimizer, version:
     try:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
     except (ValueError, KeyError, RuntimeError) as exc:
-        raise StateError(f"{path} does not fit this model's optimizer ({exc}); delete it and "
-                         f"{OPTIMIZER_FILE} to start afresh") from None
+        _discard_moments(directory, path, f"does not fit this model's optimizer ({exc})")
+        return False
     return True
+
+
+def _discard_moments(directory: Path, path: Path, reason: str) -> None:
+    """Unusable saved moments: both files aside, and the trainer goes on with fresh ones."""
+    if path.exists():
+        discard(path, f"{reason}; the trainer goes on with fresh optimizer moments")
+    discard(directory / OPTIMIZER_FILE, f"its moments file {path.name} is unusable ({reason})")
 
 
 def _metadata(data: bytes) -> dict:

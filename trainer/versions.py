@@ -27,7 +27,8 @@ import torch
 from gossip.messages import WeightManifest
 from swarm import jobs
 from trainer.blobdir import BlobDir
-from trainer.fsutil import write_atomic
+from trainer.crashpoints import crash_point
+from trainer.fsutil import discard, write_atomic
 from trainer.taskconfig import ParamError, int_param
 from trainer.weights import WeightsError, default_piece_size, pack_version, unpack_version
 from trainer.weights.manifest import FORMAT, MIN_PIECE_SIZE
@@ -53,8 +54,14 @@ def _master_record(state_path: Path) -> tuple[bytes, bytes] | None:
     """(published weights hash, master blob hash) from MASTER_FILE, or None if missing or unreadable."""
     try:
         published, digest = (state_path / MASTER_FILE).read_text().split()
-        return bytes.fromhex(published), bytes.fromhex(digest)
-    except (OSError, ValueError):
+        published, digest = bytes.fromhex(published), bytes.fromhex(digest)
+        if len(published) != 32 or len(digest) != 32:
+            raise ValueError("not two 32-byte hashes")
+        return published, digest
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # damaged: resume from the published weights instead
+        discard(state_path / MASTER_FILE, f"unreadable ({exc}); the trainer resumes from the published weights")
         return None
 
 
@@ -96,7 +103,7 @@ def pack_settings(params) -> tuple[int, int, int, str]:
 class Versions:
     def __init__(self, blobs: BlobDir, shard_dir: Path) -> None:
         self.blobs = blobs
-        self.shards = BlobDir(shard_dir)
+        self.shards = BlobDir(shard_dir, point="shard")
         self._last: dict[str, tuple[bytes, dict[str, torch.Tensor]]] = {}  # task -> (root, tensors) just packed
         # weights blobs this process just rebuilt, parsed: the next version's delta parent and the
         # generate job's policy, without reading and hashing the file again (a worker's job
@@ -119,6 +126,7 @@ class Versions:
                               parent_depth=parent_depth, full_every=full_every)
         for shard in packed.shards:
             self.shards.write(shard)
+            crash_point("version-pack")  # a version half packed: some shards, no blob, no trainer.json
         state = published_state(tensors, dtype)
         data = blob_of(state)
         digest = self.blobs.write(data)
@@ -131,7 +139,8 @@ class Versions:
         digest = self.blobs.write(master)
         state_path.mkdir(parents=True, exist_ok=True)
         before = _master_record(state_path)
-        write_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n".encode())
+        write_atomic(state_path / MASTER_FILE, f"{bytes(published).hex()} {digest.hex()}\n".encode(),
+                     point="master-weights")
         if before is not None and before[1] != digest:  # only the newest is ever resumed from
             self.blobs.path(before[1]).unlink(missing_ok=True)
 

@@ -8,7 +8,7 @@ import pytest
 
 from swarm.jobs import GenerateJob, InitJob, TrainJob
 from tests.trainer_jobs.conftest import TASK
-from trainer.jobs import JobError, JobWorker
+from trainer.jobs import JobWorker
 
 pytestmark = pytest.mark.slow  # job processes that import torch, and several trained versions
 
@@ -43,11 +43,14 @@ def test_init_resumes_from_the_last_published_version(tmp_path):
     assert JobWorker(blobs, tmp_path / "state-at-v2-again").run("init", InitJob(TASK, seed=7)).version == 0
 
 
-def test_a_corrupt_state_file_is_a_clear_error(tmp_path):
+def test_a_corrupt_state_file_without_a_backup_is_set_aside_with_a_clear_message(tmp_path, capfd):
+    """(A data dir from before trainer.backup.json; tests/trainer_jobs/test_crash_points.py has the backup.)"""
     (tmp_path / "state" / "t-jobs").mkdir(parents=True)
     (tmp_path / "state" / "t-jobs" / "trainer.json").write_text("{half a record")
-    with pytest.raises(JobError, match="unreadable.*delete it"):
-        JobWorker(tmp_path / "blobs", tmp_path / "state").run("init", InitJob(TASK, seed=7))
+    assert JobWorker(tmp_path / "blobs", tmp_path / "state").run("init", InitJob(TASK, seed=7)).version == 0
+    err = capfd.readouterr().err
+    assert "state-file-discarded" in err and "unreadable" in err and "starts this task again from version 0" in err
+    assert (tmp_path / "state" / "t-jobs" / "trainer.json.damaged").read_text() == "{half a record"
 
 
 def test_a_job_process_writes_moments_after_answering_and_a_crash_before_costs_only_the_moments(tmp_path):
