@@ -8,17 +8,19 @@ envelope, recomputed after decoding, so re-encoding the same signed message cann
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import msgpack
 
-from gossip.errors import (BAD_SIGNATURE, MALFORMED, OVERSIZED, SCHEMA, UNKNOWN_KIND, UNKNOWN_VERSION,
-                           Rejected)
+from gossip.errors import (BAD_SIGNATURE, MALFORMED, OTHER_MAJOR, OVERSIZED, SCHEMA, UNKNOWN_KIND, Rejected,
+                           UnknownKind)
 from gossip.hashing import blake2b256
 from gossip.identity import Identity, verify_signature
 from gossip.messages import MESSAGE_KINDS, Message
 
-VERSION = 1
+VERSION = 1  # the protocol's major version (gossip/release.py)
+MAX_KIND = 32  # characters in a kind's name, known or not
 MAX_ENVELOPE = 900_000  # py-libp2p's publish() silently drops messages above ~1 MiB
 _DOMAIN = b"swarm/envelope/1\x00"
 _ENVELOPE_KEYS = {"v", "kind", "body", "signer", "sig"}
@@ -67,8 +69,11 @@ def seal(identity: Identity, message: Message) -> SignedMessage:
     return SignedMessage(message, identity.public_key, blake2b256(wire), wire)
 
 
-def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
-    """Decode and verify an envelope from the network, or raise `Rejected` with the reason."""
+def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE,
+                  kinds: Mapping[str, type[Message]] = MESSAGE_KINDS) -> SignedMessage:
+    """Decode and verify an envelope from the network, or raise `Rejected` with the reason. `kinds`:
+    the message kinds this release decodes. A kind outside it, in an envelope that is otherwise good
+    and signed, raises `UnknownKind` naming the signer (its announcements decide the penalty)."""
     if not isinstance(data, (bytes, bytearray)):
         raise Rejected(MALFORMED, "envelope is not bytes")
     if len(data) > max_size:
@@ -83,14 +88,19 @@ def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
     if not isinstance(version, int) or isinstance(version, bool):
         raise Rejected(MALFORMED, "envelope v is not an integer")
     if version != VERSION:
-        raise Rejected(UNKNOWN_VERSION, f"schema version {version}, this peer speaks {VERSION}")
-    if not isinstance(kind, str) or kind not in MESSAGE_KINDS:
-        raise Rejected(UNKNOWN_KIND, f"unknown message kind {str(kind)[:32]!r}")
+        # Another major is another protocol (its topics are swarm/<major>/...): nothing more is read.
+        raise Rejected(OTHER_MAJOR, f"protocol major {version}, this peer speaks {VERSION}")
+    if not isinstance(kind, str) or not kind or len(kind) > MAX_KIND:
+        raise Rejected(UNKNOWN_KIND, f"unknown message kind {str(kind)[:MAX_KIND]!r}")
     if not (isinstance(body, bytes) and isinstance(signer, bytes) and isinstance(sig, bytes)):
         raise Rejected(MALFORMED, "body, signer and sig must be bytes")
     if len(signer) != 32 or len(sig) != 64:
         raise Rejected(MALFORMED, "signer is 32 bytes and sig 64 bytes")
-    cls = MESSAGE_KINDS[kind]
+    cls = kinds.get(kind)
+    if cls is None:
+        if not verify_signature(signer, signed_bytes(version, kind, body), sig):
+            raise Rejected(BAD_SIGNATURE, f"{kind[:MAX_KIND]!r} signature does not verify")
+        raise UnknownKind(kind, signer)
     if len(body) > cls.MAX_BODY:
         raise Rejected(OVERSIZED, f"{kind} body is {len(body)} bytes, at most {cls.MAX_BODY}")
     if not verify_signature(signer, signed_bytes(version, kind, body), sig):
@@ -101,12 +111,19 @@ def open_envelope(data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
 
 
 def decode_body(cls: type[Message], body: bytes) -> Message:
+    """The body as `cls`, written by this release or by any other minor release of this major (fields
+    it does not carry take their defaults, unknown trailing fields are ignored: docs/protocol.md §10)."""
     try:
         obj = _unpack(body)
     except Exception as exc:
         raise Rejected(MALFORMED, f"{cls.KIND} body is not msgpack: {type(exc).__name__}") from None
-    message = cls.from_wire(obj)
-    if message.body_bytes() != body:
+    message, carried, extras = cls.from_wire_tolerant(obj)
+    if not extras:
+        canonical = message.body_bytes() == body
+    else:  # the fields we know as their sender carried them, then the ones it knows and we do not
+        canonical = msgpack.packb({**message.wire_of(carried), **extras}, use_bin_type=True) == body
+        object.__setattr__(message, "_wire_body", body)
+    if not canonical:
         # Only the canonical encoding is accepted: one message, one byte string, one id.
         raise Rejected(SCHEMA, f"{cls.KIND} body is not in canonical form")
     return message
@@ -122,7 +139,9 @@ class EnvelopeMemo:
     recently used entries are dropped.
     """
 
-    def __init__(self, capacity: int = 65536, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, capacity: int = 65536, max_bytes: int = 64 << 20,
+                 kinds: Mapping[str, type[Message]] = MESSAGE_KINDS) -> None:
+        self.kinds = kinds  # what `open_envelope` says depends on the kinds it knows: one memo per release
         self.capacity = capacity
         self.max_bytes = max_bytes
         self._entries: OrderedDict[bytes, SignedMessage | Rejected] = OrderedDict()
@@ -131,13 +150,13 @@ class EnvelopeMemo:
 
     def open(self, data: bytes, max_size: int = MAX_ENVELOPE) -> SignedMessage:
         if not isinstance(data, (bytes, bytearray)) or len(data) > max_size:
-            return open_envelope(data, max_size)
+            return open_envelope(data, max_size, self.kinds)
         key = data if type(data) is bytes else bytes(data)
         entries = self._entries
         entry = entries.get(key)
         if entry is None:
             try:
-                entry = open_envelope(key, max_size)
+                entry = open_envelope(key, max_size, self.kinds)
             except Rejected as rej:
                 entry = rej
             entries[key] = entry
@@ -149,5 +168,5 @@ class EnvelopeMemo:
             self.hits += 1
             entries.move_to_end(key)
         if isinstance(entry, Rejected):
-            raise Rejected(entry.reason, entry.detail)
+            raise entry.again()
         return entry

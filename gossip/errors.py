@@ -10,8 +10,10 @@ from __future__ import annotations
 # Reason codes. Stable strings: scripts and the TUI group by them.
 OVERSIZED = "oversized"
 MALFORMED = "malformed"
-UNKNOWN_VERSION = "unknown-version"
-UNKNOWN_KIND = "unknown-kind"
+UNKNOWN_VERSION = "unknown-version"  # no longer raised: another envelope `v` is OTHER_MAJOR
+UNKNOWN_KIND = "unknown-kind"  # a kind this release lacks, from a peer that announced nothing newer
+OTHER_MAJOR = "other-major"  # another protocol major (envelope `v`, heartbeat): refused, not penalised
+NEWER_KIND = "newer-kind"  # a kind this release lacks, from a peer that announced a newer minor: ignored
 SCHEMA = "schema"
 BAD_SIGNATURE = "bad-signature"
 REPLAYED = "replayed"  # an old message sent again (caught by the seen-cache or the time window)
@@ -48,3 +50,21 @@ class Rejected(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+    def again(self) -> "Rejected":
+        """The same refusal as a fresh exception (a memo raises one per caller)."""
+        return Rejected(self.reason, self.detail)
+
+
+class UnknownKind(Rejected):
+    """A well-formed envelope with a good signature whose kind this release does not know. Whether it
+    costs the signer anything depends on what the signer announced (gossip/release.py), which the
+    envelope decoder does not know: it hands the signer's key on."""
+
+    def __init__(self, kind: str, signer: bytes) -> None:
+        super().__init__(UNKNOWN_KIND, f"unknown message kind {kind!r}")
+        self.kind = kind
+        self.signer = signer
+
+    def again(self) -> "UnknownKind":
+        return UnknownKind(self.kind, self.signer)

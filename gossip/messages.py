@@ -22,6 +22,9 @@ MAX_TIME = 1e11  # seconds since the epoch; far beyond any real clock, rejects a
 MAX_PEERS_DECLARED = 1 << 20  # StatusHeartbeat.peers: a swarm-size estimate, bounded
 MAX_PIECES = 16384  # pieces of one version: 4 GiB at 256 KiB; their hashes (557 KB) still fit a manifest
 MAX_TERM = 1 << 32  # takeovers of one task, at most
+MAX_PROTO = 1 << 16  # protocol major and minor numbers a heartbeat may announce
+MAX_CAPS = 16  # capabilities one heartbeat may announce
+MAX_CAP = 32  # characters in a capability name
 
 
 class Message(Struct):
@@ -29,8 +32,11 @@ class Message(Struct):
     MAX_BODY: ClassVar[int] = 16 * 1024
 
     def body_bytes(self) -> bytes:
-        """Canonical encoding: field order is declaration order, so equal messages encode equally."""
-        return msgpack.packb(self.to_wire(), use_bin_type=True)
+        """Canonical encoding: field order is declaration order, so equal messages encode equally. A body
+        decoded from the network is kept as received (`gossip.envelope.decode_body`): one sent by a newer
+        release carries fields this one ignores, and a task's id must hash what its announcer signed."""
+        body = self.__dict__.get("_wire_body")
+        return body if body is not None else msgpack.packb(self.to_wire(), use_bin_type=True)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,21 @@ class StatusHeartbeat(Message):
     # was stretched for; 0: no estimate yet (a peer that has heard nobody). Newcomers use the median of
     # what others declare while their own table is still filling (swarm/membership.py).
     peers: int = f(min=0, max=MAX_PEERS_DECLARED, default=0)
+    # What the sender speaks (gossip/release.py, docs/protocol.md §10): its protocol version (the major is
+    # also the envelope's `v` and the topics' prefix) and its capabilities, names sorted and distinct.
+    # Left out while they are 1.0 and none, so such a heartbeat is what peers before versioning sent.
+    proto_major: int = f(min=0, max=MAX_PROTO, default=1, optional=True)
+    proto_minor: int = f(min=0, max=MAX_PROTO, default=0, optional=True)
+    caps: tuple[str, ...] = f(max=MAX_CAPS, item_max=MAX_CAP, default=(), optional=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for cap in self.caps:
+            if not cap or not all(c.islower() or c.isdigit() or c == "-" for c in cap) or not cap.isascii():
+                raise ValueError(f"StatusHeartbeat.caps: {cap[:MAX_CAP]!r} is not a capability name "
+                                 "(lowercase letters, digits and '-')")
+        if list(self.caps) != sorted(set(self.caps)):
+            raise ValueError("StatusHeartbeat.caps: names must be sorted and distinct")
 
     @cached_property
     def known_ids(self) -> frozenset[str]:

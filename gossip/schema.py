@@ -23,11 +23,21 @@ from gossip.errors import SCHEMA, Rejected
 Scalar = Union[int, float, str, bool]
 
 
+MAX_EXTRA_KEYS = 8  # unknown trailing keys a body may carry (fields of a newer minor release)
+MAX_EXTRA_KEY = 32  # characters in such a key
+
+
 def f(*, max: int | None = None, min: int | float | None = None, size: int | None = None,
-      item_max: int | None = None, default: Any = dataclasses.MISSING) -> Any:
+      item_max: int | None = None, default: Any = dataclasses.MISSING, optional: bool = False) -> Any:
     """A field with limits: `max` caps str/bytes length, container items or a number; `size` is an
-    exact length (keys, hashes); `item_max` caps each item's length inside a container."""
-    meta = {"max": max, "min": min, "size": size, "item_max": item_max}
+    exact length (keys, hashes); `item_max` caps each item's length inside a container.
+
+    `optional`: a field added by a minor release (docs/protocol.md, "Versions"). It has a default and
+    sits at the end of its struct; the encoding leaves out the trailing run of optional fields that
+    hold their defaults, so a body that says nothing new is byte for byte what older peers send."""
+    if optional and default is dataclasses.MISSING:
+        raise TypeError("an optional field needs a default")
+    meta = {"max": max, "min": min, "size": size, "item_max": item_max, "optional": optional}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -42,7 +52,45 @@ class Struct:
             object.__setattr__(self, name, value)
 
     def to_wire(self) -> dict[str, Any]:
-        return {name: _to_wire(getattr(self, name)) for name, _, _ in _fields_of(type(self))}
+        fields = _fields_of(type(self))
+        end = len(fields)
+        while end and fields[end - 1][2].get("optional") and getattr(self, fields[end - 1][0]) == _default(type(self), end - 1):
+            end -= 1
+        return {name: _to_wire(getattr(self, name)) for name, _, _ in fields[:end]}
+
+    def wire_of(self, names: list[str]) -> dict[str, Any]:
+        """The wire form of exactly these fields, in this order (re-encoding what a sender carried)."""
+        return {name: _to_wire(getattr(self, name)) for name in names}
+
+    @classmethod
+    def from_wire_tolerant(cls, obj: Any) -> tuple["Struct", list[str], dict]:
+        """Decode a message body written by any minor release of this major: (struct, the declared keys
+        it carried, its unknown trailing keys). The body's keys are the struct's first fields in
+        declaration order (an older sender leaves out optional fields it does not know; they take their
+        defaults), then at most MAX_EXTRA_KEYS unknown keys (fields of a newer release, ignored)."""
+        if not isinstance(obj, dict):
+            raise Rejected(SCHEMA, f"{cls.__name__}: expected a map, got {type(obj).__name__}")
+        fields = _fields_of(cls)
+        names = [name for name, _, _ in fields]
+        keys = list(obj)
+        known = 0
+        while known < len(keys) and known < len(names) and keys[known] == names[known]:
+            known += 1
+        extras = keys[known:]
+        missing = names[known:]
+        if any(not fields[i][2].get("optional") for i in range(known, len(names))) \
+                or any(k in names for k in extras):
+            raise Rejected(SCHEMA, f"{cls.__name__}: keys {[str(k) for k in keys][:24]} are not its fields "
+                                   f"{names} in order (missing {missing})")
+        if len(extras) > MAX_EXTRA_KEYS or any(not isinstance(k, str) or not k or len(k) > MAX_EXTRA_KEY for k in extras):
+            raise Rejected(SCHEMA, f"{cls.__name__}: {len(extras)} unknown keys {[str(k)[:40] for k in extras][:9]}: "
+                                   f"at most {MAX_EXTRA_KEYS}, each 1..{MAX_EXTRA_KEY} characters")
+        values = {name: _from_wire(obj[name], hint, f"{cls.__name__}.{name}") for name, hint, _ in fields[:known]}
+        try:
+            struct = cls(**values)
+        except (TypeError, ValueError) as exc:
+            raise Rejected(SCHEMA, str(exc)) from None
+        return struct, names[:known], {k: obj[k] for k in extras}
 
     @classmethod
     def from_wire(cls, obj: Any) -> "Struct":
@@ -50,11 +98,12 @@ class Struct:
             raise Rejected(SCHEMA, f"{cls.__name__}: expected a map, got {type(obj).__name__}")
         fields = _fields_of(cls)
         names = [name for name, _, _ in fields]
-        if set(obj) != set(names):
+        missing = sorted(name for name, _, meta in fields if name not in obj and not meta.get("optional"))
+        if missing or len(obj) > len(names) or not set(obj) <= set(names):
             extra = sorted(str(k) for k in set(obj) - set(names))
-            missing = sorted(set(names) - set(obj))
             raise Rejected(SCHEMA, f"{cls.__name__}: unknown keys {extra}, missing keys {missing}")
-        values = {name: _from_wire(obj[name], hint, f"{cls.__name__}.{name}") for name, hint, _ in fields}
+        values = {name: _from_wire(obj[name], hint, f"{cls.__name__}.{name}") for name, hint, _ in fields
+                  if name in obj}
         try:
             return cls(**values)
         except (TypeError, ValueError) as exc:
@@ -68,6 +117,11 @@ def _fields_of(cls: type) -> list[tuple[str, Any, dict]]:
         cached = [(fl.name, hints[fl.name], dict(fl.metadata)) for fl in dataclasses.fields(cls)]
         Struct._hints_cache[cls] = cached
     return cached
+
+
+def _default(cls: type, index: int) -> Any:
+    fl = dataclasses.fields(cls)[index]
+    return fl.default if fl.default_factory is dataclasses.MISSING else fl.default_factory()
 
 
 def _is_optional(hint: Any) -> tuple[bool, Any]:

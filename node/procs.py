@@ -40,13 +40,14 @@ def _lower_priority(nice: int) -> None:
 
 
 def start_peer(args: list[str], log_path: Path, ready_timeout: float = 60.0,
-               nice: int = 0, wrap: list[str] | tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+               nice: int = 0, wrap: list[str] | tuple[str, ...] = (),
+               env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """Run `swarm-node start ARGS` (at `nice` scheduling priority, job process included); return the
     process and the multiaddr it printed. `wrap` goes before the command and must exec it in place
-    (netlab: `ip netns exec NS`), so the pid stays the node's."""
+    (netlab: `ip netns exec NS`), so the pid stays the node's. `env`: variables added to its environment."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = open(log_path, "ab")
-    env = {**os.environ, **CHILD_ENV}
+    env = {**os.environ, **CHILD_ENV, **(env or {})}
     launcher = os.getpid()
     proc = subprocess.Popen([*wrap, sys.executable, "-m", "node.cli", "start", *args], stdout=subprocess.PIPE,
                             stderr=log, stdin=subprocess.DEVNULL, env=env, start_new_session=True,

@@ -31,6 +31,7 @@ from swarm.membership import MembershipConfig
 from swarm.rng import stable_seed
 from trainer.fsutil import write_atomic
 
+RELEASE_ENV = "SWARM_RELEASE"  # the protocol release to speak (gossip/release.py): "next" simulates 1.1 in tests
 PEERS_FILE = "peers.json"  # where we last found peers: a restarted node rejoins without --join
 QUIET_EVENTS = frozenset({"message-rejected", "request-failed"})
 
@@ -39,7 +40,7 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
     log = EventLog(cfg.log_format, quiet=QUIET_EVENTS)
     identity = load_or_create_identity(cfg.data_dir)
     core = PeerCore(identity, CoreConfig(
-        roles=cfg.roles,
+        roles=cfg.roles, release=os.environ.get(RELEASE_ENV, "current"),
         membership=MembershipConfig(heartbeat_interval=cfg.heartbeat_interval, gone_after=cfg.gone_after,
                                     target_connections=cfg.target_connections)),
         seed=stable_seed("peer", identity.public_key))

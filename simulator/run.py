@@ -95,7 +95,7 @@ def run_scenario(scenario: Scenario, trace_path: str | None = None,
                  "events_per_s": round(sim.loop.events_run / wall) if wall > 0 else None,
                  "peers_created": len(sim.nodes), "peers_live_at_end": len(sim.live),
                  "core_calls": sim.counts["core_calls"], "gossip_deliveries": sim.counts["deliveries"],
-                 "gossip_rejected": sim.counts["rejected"], "envelope_memo_hits": sim.memo.hits}
+                 "gossip_rejected": sim.counts["rejected"], "envelope_memo_hits": sum(m.hits for m in sim.memos.values())}
         return RunResult(scenario.name, scenario.seed, end, trace_hash, checks, scenario.checks, metrics, faults, stats)
     finally:
         gc.unfreeze()  # collectable again: a caller running many scenarios gets the memory back

@@ -52,6 +52,8 @@ class PeerGroup(Settings):
                                              "'restart': crash-restarts only (a task's trainers: it names their keys)")
     join_at: float = Field(0.0, ge=0)
     join_spread: float = Field(0.0, ge=0, description="joins spread evenly over this many seconds after join_at")
+    release: Literal["current", "next"] = Field("current", description="the protocol release the group's peers "
+                                                "speak (gossip/release.py): 'next' is the simulated 1.1")
 
 
 class NetworkSpec(Settings):
@@ -256,7 +258,7 @@ def core_config(s: Scenario):
     """The CoreConfig every peer gets (roles are set per group)."""
     from swarm.core import CoreConfig
     from swarm.membership import MembershipConfig
-    return _override(CoreConfig, s.core, "scenario.core", {"membership": MembershipConfig}, {"roles", "agent"})
+    return _override(CoreConfig, s.core, "scenario.core", {"membership": MembershipConfig}, {"roles", "agent", "release"})
 
 
 def gossip_config(s: Scenario):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from gossip.envelope import EnvelopeMemo
 from gossip.hashing import blake2b256
 from gossip.identity import Identity
+from gossip.release import by_name as release_named
 from simulator import adversaries
 from simulator.actions import Actions
 from simulator.content import Content, NodeStore
@@ -105,7 +106,7 @@ class Simulation:
         self.flows = FlowScheduler(self.loop, self.net.up_Bps.__getitem__, self.net.down_Bps.__getitem__)
         self.router = GossipRouter(self.loop, self.net, gossip_config(s), Rng(stable_seed("swarm-sim", s.seed, "gossip")),
                                    self._validate, self._on_drop)
-        self.memo = EnvelopeMemo()
+        self.memos: dict[str, EnvelopeMemo] = {}  # per release: what an envelope decodes to depends on it
         self.core_config = core_config(s)
         self.content = Content()
         self.nodes: list[Node] = []
@@ -179,6 +180,7 @@ class Simulation:
             "id": identity.peer_id, "group": group.name, "adversary": group.adversary, "region": regions[region],
             "roles": list(group.roles),
             "up_mbps": group.up_mbps, "down_mbps": group.down_mbps, "skew": round(skew, 6),
+            **({"release": group.release} if group.release != "current" else {}),
             "detectable": bool(behaviour and adversaries.detectable(behaviour, self.core_config.sender_rate,
                                                                     self.core_config.sender_burst))})
         return index
@@ -194,9 +196,13 @@ class Simulation:
         node.served = {}
         node.reset_lanes()
         node.rejoin_pending = False
-        cfg = replace(self.core_config, roles=node.group.roles)
+        release = node.group.release
+        cfg = replace(self.core_config, roles=node.group.roles, release=release)
+        memo = self.memos.get(release)
+        if memo is None:
+            memo = self.memos[release] = EnvelopeMemo(kinds=release_named(release).kinds)
         node.core = self.core_factory(node.identity, cfg, seed=stable_seed("swarm-sim", self.seed, "core", i, node.incarnation),
-                             envelope_memo=self.memo)
+                             envelope_memo=memo)
         shards = getattr(node.core, "shards", None)
         if shards is not None:  # hash each shard bytes object once, however many peers receive it
             shards.exchange.hasher = self.content.hasher

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from gossip.envelope import seal
 from gossip.identity import Identity, peer_id_from_public_key
 from gossip.messages import Message, RolloutCommitment, WeightManifest
+from gossip.release import CURRENT, Release
 from swarm.io import Dial, Publish, RunJob, SendRequest
 from swarm.rng import Rng, stable_seed
 from swarm.taskparams import TaskParams
@@ -67,7 +68,8 @@ class RoleContext:
     def __init__(self, identity: Identity, roles: tuple[str, ...], seed: int, *, membership: Membership,
                  ledger: ReputationLedger, tasks: TaskBook, versions: dict[str, int], blobs: BlobRefs,
                  timers: Timers, seen: SeenCache, stats: GossipStats, trust: Trust, pending: Pending,
-                 chains: Chains) -> None:
+                 chains: Chains, release: Release = CURRENT) -> None:
+        self.release = release  # what this peer speaks: a task may need capabilities it lacks (refusal.py)
         self._identity = identity
         self._roles = roles
         self._seed = seed

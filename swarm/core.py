@@ -14,6 +14,7 @@ see the peer only through their `RoleContext` (swarm/context.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from gossip import errors, topics
 from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope
@@ -21,6 +22,7 @@ from gossip.errors import Rejected
 from gossip.identity import Identity
 from gossip.messages import (MAX_PEERS_DECLARED, Probe, RolloutCommitment, ShardHave, StatusHeartbeat,
                              TaskAnnouncement, TrainerCheckpoint, Verdict, WeightManifest)
+from gossip.release import by_name as release_named
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols, snapshot
@@ -70,8 +72,10 @@ class CoreConfig:
     sync_timeout: float = 5.0
     maintain_interval: float = 2.0
     sweep_interval: float = 1.0
+    release: str = "current"  # which release this peer speaks (gossip/release.py; "next" in upgrade tests)
 
     def __post_init__(self) -> None:
+        release_named(self.release)  # raises for an unknown name
         if self.seen_ttl <= self.message_window:
             raise ValueError("seen_ttl must exceed message_window, or replays slip through")
 
@@ -83,10 +87,11 @@ class PeerCore:
         self.config = config = config or CoreConfig()
         self.peer_id = identity.peer_id
         self.rng = Rng(seed)
+        self.release = release = release_named(config.release)
         self.ledger = ReputationLedger()
         self.seen = SeenCache(config.seen_capacity, config.seen_ttl)
         self.stats = GossipStats()
-        self.membership = Membership(self.peer_id, config.membership)
+        self.membership = Membership(self.peer_id, config.membership, release)
         self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
@@ -97,12 +102,15 @@ class PeerCore:
         self.chains = Chains()  # per task: which trainer's chain this peer follows (swarm/forkchoice.py)
         self.trust = Trust(self.peer_id, identity.public_key, "trainer" in config.roles, self.ledger)
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
-        self.intake = Intake(self.peer_id, config, envelope_memo.open if envelope_memo is not None else open_envelope,
-                             self.ledger, self.seen, self.stats, self.trust.penalise)
+        if envelope_memo is not None and envelope_memo.kinds != release.kinds:
+            raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
+        opener = envelope_memo.open if envelope_memo is not None else partial(open_envelope, kinds=release.kinds)
+        self.intake = Intake(self.peer_id, config, opener, self.ledger, self.seen, self.stats, self.trust.penalise,
+                             release, self.membership.announced)
         self.context = ctx = RoleContext(
             identity, config.roles, seed, membership=self.membership, ledger=self.ledger, tasks=self.tasks,
             versions=self.versions, blobs=self.blobs, timers=self.timers, seen=self.seen, stats=self.stats,
-            trust=self.trust, pending=self.pending, chains=self.chains)
+            trust=self.trust, pending=self.pending, chains=self.chains, release=release)
         self.roles: list[Role] = [ROLE_CLASSES[r](ctx) for r in config.roles if r in ROLE_CLASSES]
         self.shards = ShardsRole(ctx, ctx.rng("shards"))  # every peer serves what it holds
         ctx.attach_shards(self.shards)
@@ -176,7 +184,7 @@ class PeerCore:
         # The first heartbeat waits for the first link (PeerConnected): before that it reaches nobody.
         self.timers.set("sweep", now + self.config.sweep_interval)
         self.timers.set("maintain", now + self.config.maintain_interval)
-        return [Subscribe(t) for t in topics.GLOBAL_TOPICS]
+        return [Subscribe(t) for t in topics.GLOBAL_TOPICS + tuple(self.release.topics)]
 
     def _on_tick(self, now: float) -> list:
         effects: list = []
@@ -185,6 +193,8 @@ class PeerCore:
                 uptime = now - self.started_at if self.started_at is not None else 0.0
                 interval, size = self.membership.pace(uptime)
                 effects += self.context.publish(now, topics.STATUS, self._heartbeat(now, interval, size))
+                for topic, message in self.release.extras(now, self._uptime(now)):
+                    effects += self.context.publish(now, topic, message)
                 self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
             elif name == "sweep":
                 effects += self.membership.sweep(now) + self.tasks.expire(now)
@@ -203,11 +213,14 @@ class PeerCore:
                         effects += role.on_timer(now, name)
         return effects
 
+    def _uptime(self, now: float) -> float:
+        return now - self.started_at if self.started_at is not None else 0.0
+
     def _heartbeat(self, now: float, interval: float, size: int = 0) -> StatusHeartbeat:
         # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.
         self._heartbeat_seq = max(self._heartbeat_seq + 1, int(now * 1000))
-        return StatusHeartbeat(
-            seq=self._heartbeat_seq, sent_at=now, interval=interval, roles=self.config.roles, agent=self.config.agent,
+        return self.release.heartbeat(
+            self._uptime(now), seq=self._heartbeat_seq, sent_at=now, interval=interval, roles=self.config.roles, agent=self.config.agent,
             listen_addrs=self.listen_addrs[:8], tasks=self.tasks.ids()[:32],
             versions={k: v for k, v in sorted(self.versions.items())[:32]},
             known_peers=self.membership.exchange_sample(self.rng), peers=min(size, MAX_PEERS_DECLARED))
@@ -230,6 +243,10 @@ class PeerCore:
         if isinstance(message, Probe):
             self.intake.check_window(now, message.sent_at, "probe")
             self.stats.on_delivered("probe", now - message.sent_at)
+            return []
+        if topic in self.release.topics:  # a kind this release adds, on its own topic: counted
+            self.intake.check_window(now, message.sent_at, signed.kind)
+            self.stats.on_delivered(signed.kind, now - message.sent_at)
             return []
         return self._on_task_message(now, topic, signed, signer)
 

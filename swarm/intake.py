@@ -6,6 +6,10 @@ before, forwarder within its rate of new signers, signer within its rate. A fail
 `MessageVerdict(False, reason)` and a penalty for whoever is to blame (the signer once its signature
 is good, else the forwarder), never an exception: the network decides nothing, the core only answers.
 
+Messages of other releases (gossip/release.py): an unknown kind whose signer announced a newer minor
+(or that capability) is ignored and counted (`newer-kind`), from anyone else it is `unknown-kind`; a
+message of another major is refused (`other-major`) at no cost, within `FOREIGN_RATE` per forwarder.
+
 Two rate limits, because a key costs nothing to make: per signer (`sender_rate`), and per forwarder
 on messages whose signer we have no record of (`fresh_signer_rate`). Honest gossip brings new signers
 at the rate peers join the swarm, spread over every neighbour; a flood of keys minted one per message
@@ -18,8 +22,9 @@ from collections import Counter
 from typing import Callable
 
 from gossip import errors, topics
-from gossip.errors import Rejected
+from gossip.errors import Rejected, UnknownKind
 from gossip.identity import peer_id_from_public_key
+from gossip.release import CURRENT, Announced, Release
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm.io import MessageReceived, MessageVerdict
@@ -27,12 +32,17 @@ from swarm.ratelimit import TokenBuckets
 from swarm.stats import GossipStats
 
 ACCEPTED = MessageVerdict(True)  # frozen: one instance serves every accepted message
+FOREIGN_RATE, FOREIGN_BURST = 1.0, 20.0  # other-major messages/s one forwarder may hand us for free
 
 
 class Intake:
     def __init__(self, peer_id: str, config, open_envelope: Callable, ledger: ReputationLedger, seen: SeenCache,
-                 stats: GossipStats, penalise: Callable) -> None:
+                 stats: GossipStats, penalise: Callable, release: Release = CURRENT,
+                 announced: Callable[[str], Announced | None] = lambda peer: None) -> None:
         self.peer_id = peer_id
+        self.release = release
+        self.announced = announced  # what a peer's last heartbeat said it speaks (None: never heard)
+        self.foreign = TokenBuckets(FOREIGN_RATE, FOREIGN_BURST)  # keyed by forwarder
         self.config = config  # a CoreConfig: message_window, clock_skew, sender_rate, sender_burst
         self._open = open_envelope
         self.ledger = ledger
@@ -52,10 +62,19 @@ class Intake:
         try:
             if ledger.is_banned(forwarder):
                 raise Rejected(errors.BANNED, f"forwarder {forwarder} is banned")
-            allowed = topics.allowed_kinds(inp.topic)
+            allowed = self.release.topics.get(inp.topic) or topics.allowed_kinds(inp.topic)
             if not allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"unknown topic {inp.topic[:80]!r}")
-            signed = self._open(inp.data)
+            try:
+                signed = self._open(inp.data)
+            except UnknownKind as unknown:
+                blame = peer_id_from_public_key(unknown.signer)  # the signature is good: the signer's doing
+                raise self._unknown_kind(now, unknown, blame) from None
+            except Rejected as rej:
+                if rej.reason == errors.OTHER_MAJOR and not self.foreign.take(forwarder, now):
+                    raise Rejected(errors.RATE_LIMITED, f"{forwarder} relays over {FOREIGN_RATE:g} messages/s "
+                                                        "of another protocol major") from None
+                raise
             signer = peer_id_from_public_key(signed.signer)
             if signer == self.peer_id:
                 self.accepted += 1
@@ -85,6 +104,19 @@ class Intake:
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
         ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
         return [ACCEPTED] + effects
+
+    def _unknown_kind(self, now: float, unknown: UnknownKind, signer: str) -> Rejected:
+        """Why a message of a kind we lack is refused: `newer-kind` (free) when its signer announced a
+        newer release, within its rate like any message; `unknown-kind` (penalised) otherwise."""
+        if self.ledger.is_banned(signer):
+            return Rejected(errors.BANNED, f"signer {signer} is banned")
+        theirs = self.announced(signer)
+        if not self.release.unknown_kind_is_newer(unknown.kind, theirs):
+            return Rejected(errors.UNKNOWN_KIND, f"{unknown.kind[:32]!r} from {signer}, who announced "
+                                                 f"{theirs or 'nothing'}; this peer speaks {self.release.announced}")
+        if not self.buckets.take(signer, now):
+            return Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
+        return Rejected(errors.NEWER_KIND, f"{unknown.kind[:32]!r} from {signer} ({theirs}): ignored")
 
     def check_window(self, now: float, at: float, what: str) -> None:
         """A timestamped message is refused outside [now - message_window, now + clock_skew]."""

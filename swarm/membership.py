@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
 from gossip.messages import PeerAddrs, StatusHeartbeat
+from gossip.release import CURRENT, Announced, Release
 from swarm.io import Dial, Disconnect, Emit
 from swarm.rng import Rng
 
 ALIVE, GONE, KNOWN = "alive", "gone", "known"
+_PLAIN = Announced()  # what a heartbeat that announces nothing says: 1.0, no capabilities (shared)
 MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound  # KNOWN: an address we heard of, never a heartbeat
 
 
@@ -46,6 +48,7 @@ class PeerInfo:
     connected: bool = False
     dial_failures: int = 0
     next_dial: float = 0.0
+    announced: Announced | None = None  # what its last heartbeat said it speaks (gossip/release.py)
 
     def as_dict(self, now: float) -> dict:
         return {
@@ -55,6 +58,7 @@ class PeerInfo:
             "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
             "latency_ms": None if self.latency is None else round(self.latency * 1000, 2),
             "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset * 1000, 2),
+            "proto": None if self.announced is None else str(self.announced),
         }
 
 
@@ -84,9 +88,10 @@ class Membership:
     deadlines wait in a heap (`_due`, re-checked exactly when they pop, stale ones skipped) and the
     connected peers are counted as links open and close (`_linked`)."""
 
-    def __init__(self, self_id: str, config: MembershipConfig) -> None:
+    def __init__(self, self_id: str, config: MembershipConfig, release: Release = CURRENT) -> None:
         self.self_id = self_id
         self.config = config
+        self.release = release
         self.peers: dict[str, PeerInfo] = {}
         # (when, peer, last_seen then): when the peer may turn gone (ALIVE) or be forgotten (GONE). An
         # entry whose last_seen is no longer the peer's is stale (a newer one was pushed).
@@ -136,6 +141,9 @@ class Membership:
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
+        theirs = _PLAIN if beat.proto_major == _PLAIN.major and beat.proto_minor == 0 and not beat.caps \
+            else Announced.of(beat)
+        self.release.check_major(theirs)  # another major: refused (other-major), never alive here
         peers = self.peers
         info = peers.get(peer) or self._info(peer)
         if info is None:
@@ -152,6 +160,8 @@ class Membership:
         info.clock_offset = now - beat.sent_at  # negative: its clock runs ahead of ours (doctor reports it)
         info.interval, info.swarm = beat.interval, beat.peers
         info.roles, info.agent, info.tasks = beat.roles, beat.agent, beat.tasks
+        if info.announced != theirs:
+            info.announced = theirs
         if info.versions != beat.versions:  # most heartbeats repeat the last (or declare none): keep ours
             info.versions = dict(beat.versions)
         if beat.listen_addrs:
@@ -280,6 +290,10 @@ class Membership:
         """Some live peers with addresses, for our heartbeat (peer exchange)."""
         alive = [p for p in sorted(self.peers) if self.peers[p].state == ALIVE and self.peers[p].addrs]
         return tuple(PeerAddrs(p, self.peers[p].addrs) for p in rng.sample(alive, self.config.exchange_size))
+
+    def announced(self, peer: str) -> Announced | None:
+        info = self.peers.get(peer)
+        return None if info is None else info.announced
 
     def alive_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.state == ALIVE)

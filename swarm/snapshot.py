@@ -18,6 +18,7 @@ def status(core, now: float) -> dict:
     return {
         "peer_id": core.peer_id,
         "agent": core.config.agent,
+        "protocol": str(core.release.announced),  # version and capabilities (gossip/release.py)
         "roles": list(core.config.roles),
         "listen_addrs": list(core.listen_addrs),
         "now": now,

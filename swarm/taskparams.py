@@ -91,6 +91,10 @@ class TaskParams(Settings):
     piece_size: int | None = Field(None, ge=MIN_PIECE_SIZE, description="bytes per requested piece of a shard")
     full_every: int | None = Field(None, ge=1, description="a full version after this many deltas")
     weights_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(None, description="dtype weights travel in")
+    # ---- what the peer's release must speak (gossip/release.py)
+    requires: str = Field("", pattern=r"^([a-z0-9][a-z0-9-]{0,31}(,[a-z0-9][a-z0-9-]{0,31}){0,15})?$",
+                          description="capabilities a peer's release must have to work on the task, comma-"
+                                      "separated; a peer without them relays the task and says it is too old")
     # ---- what the job process must have installed (trainer/pins.py)
     env_version: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$",
                                     description="<distribution>==<version> of the package that makes the "
@@ -105,6 +109,10 @@ class TaskParams(Settings):
         or not), so silence is judged against that period, not the version period: three missed
         re-announcements make a takeover."""
         return self.takeover_after if self.takeover_after is not None else 3.0 * self.republish_interval
+
+    @property
+    def required_caps(self) -> tuple[str, ...]:
+        return tuple(self.requires.split(",")) if self.requires else ()
 
     @property
     def step_limit(self) -> int:

@@ -29,6 +29,16 @@ def refuse(state, role: str, error: str) -> list:
     return [Emit("task-refused", {"task_id": state.spec.task_id, "role": role, "reason": state.refused})]
 
 
+def too_old(ctx, state, role: str, params) -> list:
+    """Refuse a task that needs capabilities this peer's release lacks (task param `requires`), before any
+    job: an old peer says why in its status instead of failing checks it cannot do."""
+    missing = ctx.release.missing(params.required_caps)
+    if not missing:
+        return []
+    return refuse(state, role, f"{jobs.REFUSED}too old: the task requires {', '.join(missing)}; this peer "
+                               f"speaks {ctx.release.announced}. Upgrade to a release that has them.")
+
+
 def stop_trainer(state) -> None:
     """A refused trainer drops what waits for a step and starts nothing more (busy for good)."""
     state.busy = True

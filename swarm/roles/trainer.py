@@ -96,6 +96,10 @@ class TrainerRole(Role):
         state.policy = standby.new_follower(state)
         state.states = Checkpoints(self.ctx, task.task_id, state.params.state_every)
         self.keys[task.task_id] = task.trainer_keys
+        too_old = refusal.too_old(self.ctx, state, self.name, state.params)
+        if too_old:  # no init job, no takeover: the task's other trainers will
+            refusal.stop_trainer(state)
+            return too_old
         if rank > 0:  # a standby: follows the chain until it must take over
             self.ctx.timer(standby.timer_name(task.task_id), now + state.params.takeover_s)
             return [Emit("trainer-standby", {"task_id": task.task_id, "rank": rank,

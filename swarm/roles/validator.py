@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm.context import RoleContext
 from swarm.io import JobFinished, Respond, ResponseReceived
-from swarm.roles import quorum
+from swarm.roles import quorum, refusal
 from swarm.roles.base import Role
 from swarm.roles.checking import Check, CheckQueue
 from swarm.roles.follower import PolicyFollower
@@ -42,9 +42,10 @@ class ValidatorRole(Role):
     def on_task(self, now, known) -> list:
         task = known.task
         policy = PolicyFollower(task.task_id, task.async_level + 1)
-        self.tasks[task.task_id] = ValidatorTask(policy, TaskParams.of(task),
-                                                 CheckQueue(self.ctx, self, task_spec(task), policy, MAX_CHECKS))
-        return []
+        params = TaskParams.of(task)
+        checks = CheckQueue(self.ctx, self, task_spec(task), policy, MAX_CHECKS)
+        self.tasks[task.task_id] = ValidatorTask(policy, params, checks)
+        return refusal.too_old(self.ctx, checks, self.name, params)
 
     def chooses(self, state: ValidatorTask, commitment_id: bytes) -> bool:
         return quorum.draw(self.ctx, b"validate-choice", commitment_id) < state.params.validate_fraction

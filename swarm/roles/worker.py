@@ -75,7 +75,10 @@ class WorkerRole(Role):
         state = self.tasks[task.task_id] = WorkerTask(task_spec(task), TaskParams.of(task), task.async_level, policy)
         if state.params.peer_checks and state.params.check_quorum:
             state.checks = CheckQueue(self.ctx, self, state.spec, policy, MAX_ASKED_CHECKS)
-        return []
+        effects = refusal.too_old(self.ctx, state, self.name, state.params)
+        if effects and state.checks is not None:
+            state.checks.refused = state.refused
+        return effects
 
     def on_check_request(self, now: float, request_id: int, signed, worker: str) -> list:
         state = self.tasks.get(signed.message.task_id)
