@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 def render_status(snap: dict) -> str:
-    lines = [f"peer {snap['peer_id']}  roles {','.join(snap['roles'])}  uptime {snap.get('uptime') or 0:.0f} s"]
+    ours = snap.get("protocol")
+    lines = [f"peer {snap['peer_id']}  roles {','.join(snap['roles'])}  uptime {snap.get('uptime') or 0:.0f} s"
+             + (f"  protocol {ours}" if ours else "")]
     lines += [f"listening {addr}" for addr in snap.get("listen_addrs", [])]
     peers = snap.get("peers", [])
     lines.append(f"peers: {len(snap.get('connected', []))} connected, {len(snap.get('alive', []))} alive, "
@@ -13,8 +15,9 @@ def render_status(snap: dict) -> str:
         seen = "never" if p.get("last_seen_ago") is None else f"{p['last_seen_ago']:.1f} s ago"
         lat = "" if p.get("latency_ms") is None else f"  latency {p['latency_ms']:.1f} ms"
         link = "connected" if p.get("connected") else "-"
+        other = f"  protocol {p['proto']}" if p.get("proto") and p["proto"] != ours else ""  # mid-upgrade
         lines.append(f"  {p['peer_id']}  {p['state']:<5}  {link:<9}  {','.join(p.get('roles', [])) or '?':<16}"
-                     f"  seen {seen}{lat}")
+                     f"  seen {seen}{lat}{other}")
     tasks = snap.get("tasks", [])
     lines.append(f"tasks: {len(tasks)}")
     for t in tasks:

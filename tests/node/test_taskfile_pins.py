@@ -78,3 +78,14 @@ def test_status_text_says_why_a_task_is_refused():
     at = text.index("  abc  rg  model=smollm2-135m  env=reasoning-gym:chain_sum  async_level=2")
     assert text[at + 1] == "    worker REFUSED: refused: ... run `pip install 'reasoning-gym==0.1.25'`"
     assert "validator" not in "".join(text)
+
+
+def test_status_text_names_the_protocol_and_peers_on_another_release():
+    from node.status_text import render_status
+
+    peers = [{"peer_id": "old", "state": "alive", "roles": ["worker"], "proto": "1.0"},
+             {"peer_id": "new", "state": "alive", "roles": ["worker"], "proto": "1.1 [uptime]"}]
+    text = render_status({"peer_id": "me", "roles": ["worker"], "uptime": 3, "peers": peers, "tasks": [],
+                          "messages": {}, "protocol": "1.0"}).splitlines()
+    assert text[0].endswith("protocol 1.0")
+    assert [line.endswith("protocol 1.1 [uptime]") for line in text if line.startswith("  ")] == [False, True]

@@ -3,6 +3,7 @@ unknown kind costs depending on what its signer announced, another major refused
 that needs a capability a peer lacks refused in its status instead of attempted."""
 
 import msgpack
+import pytest
 
 from gossip import topics
 from gossip.envelope import pack_envelope, seal, signed_bytes
@@ -11,6 +12,7 @@ from gossip.messages import StatusHeartbeat
 from gossip.release import UPTIME, UPTIME_TOPIC, UptimeReport
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import CommandResult, LocalCommand, MessageVerdict
+from swarm.taskparams import ParamError, TaskParams
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet
 from tests.swarm.test_roles import fake_jobs
@@ -99,3 +101,11 @@ def test_a_peer_too_old_for_a_task_says_so_and_starts_nothing():
     assert new.snapshot(net.now)["work"]["worker"][t.task_id]["commitments"] > 0
     assert trainer.snapshot(net.now)["work"]["trainer"][t.task_id]["version"] >= 2
     assert not any(c.ledger.banned_peers() for c in (old, new, trainer))
+
+
+@pytest.mark.parametrize("bad", ["Uptime", "a,,b", "a,", ",".join(f"c{i}" for i in range(17)), "x" * 33, 1])
+def test_requires_names_capabilities_or_refuses_the_task(bad):
+    assert TaskParams.from_params({"requires": "uptime,x-1"}).required_caps == ("uptime", "x-1")
+    assert TaskParams.from_params({}).required_caps == ()
+    with pytest.raises(ParamError, match="requires"):
+        TaskParams.from_params({"requires": bad})
