@@ -33,8 +33,8 @@ class Message(Struct):
 
     def body_bytes(self) -> bytes:
         """Canonical encoding: field order is declaration order, so equal messages encode equally. A body
-        decoded from the network is kept as received (`gossip.envelope.decode_body`): one sent by a newer
-        release carries fields this one ignores, and a task's id must hash what its announcer signed."""
+        decoded from a newer release is kept as received (`gossip.envelope.decode_body`): it carries fields
+        this release ignores, and a task's id must hash what its announcer signed."""
         body = self.__dict__.get("_wire_body")
         return body if body is not None else msgpack.packb(self.to_wire(), use_bin_type=True)
 

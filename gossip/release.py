@@ -47,6 +47,9 @@ class Announced:
 
 @dataclass(frozen=True)
 class Release:
+    """One release: what it announces, the kinds it decodes, the topics it adds; `CoreConfig.release`
+    names the one a peer speaks."""
+
     name: str
     major: int
     minor: int

@@ -32,7 +32,7 @@ def f(*, max: int | None = None, min: int | float | None = None, size: int | Non
     """A field with limits: `max` caps str/bytes length, container items or a number; `size` is an
     exact length (keys, hashes); `item_max` caps each item's length inside a container.
 
-    `optional`: a field added by a minor release (docs/protocol.md, "Versions"). It has a default and
+    `optional`: a field added by a minor release (docs/protocol.md §3, §10). It has a default and
     sits at the end of its struct; the encoding leaves out the trailing run of optional fields that
     hold their defaults, so a body that says nothing new is byte for byte what older peers send."""
     if optional and default is dataclasses.MISSING:
