@@ -26,9 +26,9 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from node.metrics import build_versions  # importlib.metadata and the envelope's constant: no torch
+        from node.metrics import build_versions  # importlib.metadata and gossip/release.py: no torch
         package, protocol = build_versions()
-        print(f"swarm-node {package} (package swarm-rl {package}, gossip protocol v{protocol}, "
+        print(f"swarm-node {package} (package swarm-rl {package}, gossip protocol {protocol}, "
               f"Python {sys.version.split()[0]})", flush=True)
         parser.exit()
 

@@ -16,6 +16,7 @@ from swarm.jobs import MALICIOUS
 from swarm.settings import FilePath, Settings, Strs
 
 ROLES = ("relay", "worker", "trainer", "validator", "mirror", "leech")
+RELEASE_ENV = "SWARM_RELEASE"  # the protocol release to speak (gossip/release.py): "next" simulates 1.1 in tests
 PARTIAL = {"partial": True}  # validation context: one source's keys alone, no cross-key checks yet
 
 

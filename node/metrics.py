@@ -88,7 +88,7 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-def families(snap: dict, version: str = "", protocol: int | None = None) -> list[Metric]:
+def families(snap: dict, version: str = "", protocol: str | None = None) -> list[Metric]:
     """Every metric family of one status snapshot."""
     snap = _dict(snap)
     m = _Families()
@@ -213,7 +213,7 @@ def _metric_name(text: str) -> str:
 class SnapshotCollector(Collector):
     """Turns `get_snapshot()` into metric families on every scrape (a registry calls `collect`)."""
 
-    def __init__(self, get_snapshot: Callable[[], dict], version: str = "", protocol: int | None = None) -> None:
+    def __init__(self, get_snapshot: Callable[[], dict], version: str = "", protocol: str | None = None) -> None:
         self._get_snapshot = get_snapshot
         self._version, self._protocol = version, protocol
 
@@ -228,15 +228,19 @@ def node_registry(get_snapshot: Callable[[], dict]) -> CollectorRegistry:
     return registry
 
 
-def build_versions() -> tuple[str, int]:
-    """(package version, gossip protocol version): what `swarm-node --version` prints too."""
+def build_versions() -> tuple[str, str]:
+    """(package version, protocol version and capabilities the node speaks, e.g. "1.0"): what
+    `swarm-node --version` prints too. The release is SWARM_RELEASE's (gossip/release.py)."""
+    import os
     from importlib.metadata import PackageNotFoundError, version
 
-    from gossip.envelope import VERSION
+    from gossip.release import by_name
+    from node.config import RELEASE_ENV
+    protocol = str(by_name(os.environ.get(RELEASE_ENV, "current")).announced)
     try:
-        return version("swarm-rl"), VERSION
+        return version("swarm-rl"), protocol
     except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown", VERSION
+        return "unknown", protocol
 
 
 def render_metrics(snap: dict) -> str:

@@ -15,7 +15,7 @@ import trio
 
 from node import control
 from node.blobstore import BlobStore
-from node.config import NodeConfig
+from node.config import RELEASE_ENV, NodeConfig
 from node.diskwatch import CHECK_EVERY, DiskWatch
 from node.driver import CoreDriver
 from node.keystore import load_or_create_identity
@@ -31,7 +31,6 @@ from swarm.membership import MembershipConfig
 from swarm.rng import stable_seed
 from trainer.fsutil import write_atomic
 
-RELEASE_ENV = "SWARM_RELEASE"  # the protocol release to speak (gossip/release.py): "next" simulates 1.1 in tests
 PEERS_FILE = "peers.json"  # where we last found peers: a restarted node rejoins without --join
 QUIET_EVENTS = frozenset({"message-rejected", "request-failed"})
 

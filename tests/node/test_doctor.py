@@ -21,7 +21,7 @@ def test_version_is_fast_and_imports_nothing_heavy():
             f"    print('exit', e.code)\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     lines = out.stdout.strip().splitlines()
-    assert lines[0].startswith("swarm-node 0.") and "gossip protocol v1" in lines[0], out
+    assert lines[0].startswith("swarm-node 0.") and "gossip protocol 1.0" in lines[0], out
     assert lines[1:] == ["exit 0", "[]"], out
 
 

@@ -88,7 +88,7 @@ def test_prometheus_scrapes_every_peer(tmp_path, prometheus_bin):
         up = _query(web, 'up{job="swarm"}')
         assert len(up) == 2 and all(r["value"][1] == "1" for r in up), up
         info = _query(web, "swarm_build_info")
-        assert len(info) == 2 and all(r["metric"]["protocol"] == "1" for r in info), info
+        assert len(info) == 2 and all(r["metric"]["protocol"] == "1.0" for r in info), info
     finally:
         if prom is not None:
             prom.terminate()

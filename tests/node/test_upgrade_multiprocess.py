@@ -12,7 +12,7 @@ from gossip.release import UPTIME, UPTIME_TOPIC
 from node import control
 from node.procs import start_peer, stop_processes
 from node.records import read_records
-from node.runtime import RELEASE_ENV
+from node.config import RELEASE_ENV
 from tests.node.helpers import wait_for
 
 pytestmark = pytest.mark.slow
