@@ -652,9 +652,11 @@ def _screen(args, table: dict, started: float) -> int:
     settings = [(table["env"], {k: v for k, v in table["params"].items() if k.startswith("env.")})] \
         if args.env else SETTINGS
     max_new = int(table["params"].get("max_new_tokens", 64))
+    load_start = load()
     rows = screen(table["model"], settings, args.eval_prompts, max_new, args.single_threads, say=say)
     out = {"bench": "learning-screen", "model": table["model"], "eval_prompts": args.eval_prompts,
-           "max_new_tokens": max_new, "cpus": os.cpu_count(), "load_start": load(), "settings": rows}
+           "max_new_tokens": max_new, "cpus": os.cpu_count(), "load_start": load_start, "load_end": load(),
+           "settings": rows}
     out["elapsed_s"] = round(time.time() - started, 1)
     text = json.dumps(out, indent=2)
     print(text)
