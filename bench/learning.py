@@ -38,6 +38,16 @@ the same version 0. The versions after the takeover are read from the standby's 
 store. It reports both runs' time to 0.85 greedy and their ratio (target: at most 1.2x), the
 takeover (when, from which version, the training gap, versions lost) and each run's usual fields.
 
+Another model and task (issue 26): `--model smollm2-135m --env reasoning-gym:<task> [--param KEY=VALUE ...]`
+(or `--task FILE`) runs the same comparison on that task (the swarm gets it as a task file in the base
+dir); the targets are then relative: the best held-out greedy accuracy at least +0.10 over the base and
+above the noise floor (the largest pointwise gap between the two single runs of --control), and the
+swarm's time to the single run's best at most 1.5x the single run's. `--parallel-singles` runs the two
+single runs at once, one torch thread each (a 135M model's runs are long); `--no-swarm` runs only them,
+from the model's own weights; `--greedy-only` halves the scoring. `--screen` trains nothing: it scores
+the base model greedy on the settings of bench/learning_screen.py (or on --env with its --param options),
+to pick a task where the base is right sometimes.
+
 Run: `python bench/learning.py --budget 600 [--control] [--out FILE]` (about 2 x budget + 2 min, one
 budget more with --control); `--kill-trainer-at S` takes about the same.
 Progress goes to stderr, the JSON to stdout (and FILE).
@@ -63,10 +73,49 @@ sys.path.insert(0, str(ROOT))
 
 import learning_takeover as takeover  # noqa: E402
 from node.records import read_records  # noqa: E402
-from node.taskfile import EXAMPLE  # noqa: E402
+from node.taskfile import EXAMPLE, flat_params  # noqa: E402
 
 TARGETS = {"base_greedy": (0.25, 0.40), "swarm_greedy": 0.85, "gap_at_equal_completions": 0.05,
            "time_to_085_ratio": 1.5}
+# another model or environment (issue 26): the gain over the base, and the swarm's time to the single run's best
+GAIN_TARGETS = {"gain_over_base": 0.10, "time_to_single_best_ratio": 1.5}
+
+
+def task_table(task_file: Path, model: str | None = None, env: str | None = None,
+               params: list[str] | None = None) -> dict:
+    """The [task] table of `task_file` with `--model`, `--env` and `--param KEY=VALUE` (a TOML value)
+    put in; params flattened as announced (env.<task>.<option> keys). Another model or env on the
+    built-in example keeps none of its params (they are tuned for the tiny model): only --param's."""
+    table = tomllib.loads(task_file.read_text())["task"]
+    flat = flat_params(table.get("params") or {}, str(task_file))
+    if task_file == EXAMPLE and (model or env):
+        flat = {}
+        table["name"] = "bench-" + "".join(c if c.isalnum() or c in "-_." else "-" for c in (env or table["env"]))
+    for item in params or []:
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--param {item!r}: write KEY=VALUE")
+        try:
+            flat[key.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            flat[key.strip()] = value.strip()  # a bare string
+    return {**table, "model": model or table["model"], "env": env or table["env"], "params": flat}
+
+
+def write_task(table: dict, path: Path) -> Path:
+    """`table` as a task file for `swarm-node local --task` (scalars only, as task params are)."""
+    def value(v):
+        return ("true" if v else "false") if isinstance(v, bool) else json.dumps(v) if isinstance(v, (str, list)) else repr(v)
+
+    lines = ["[task]"] + [f"{k} = {value(v)}" for k, v in table.items() if k != "params"] + ["", "[task.params]"]
+    lines += [f"{json.dumps(k)} = {value(v)}" for k, v in table["params"].items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def is_example(table: dict) -> bool:
+    """The built-in task, whose targets (issue 4) are absolute accuracies."""
+    return table["model"] == "builtin:digit-sort-tiny" and table["env"] == "digit-sort"
 
 
 def say(text: str) -> None:
@@ -161,7 +210,9 @@ def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Pat
         log.close()
     stop_s = round(time.time() - stopped_at, 1)
     say(f"{name}: stopped with SIGINT in {stop_s} s (exit {exit_code})")
-    facts = _swarm_facts(run_dir, peers, trainers, t0, versions, copied, missing, exit_code, stop_s)
+    params = tomllib.loads(task_file.read_text())["task"].get("params", {})
+    facts = _swarm_facts(run_dir, peers, trainers, t0, versions, copied, missing, exit_code, stop_s,
+                         flat_params(params))
     if killed_at is not None:
         facts["takeover"] = takeover.takeover_facts(trainer_dirs, t0, killed_at, versions)
     return facts
@@ -180,9 +231,7 @@ def _copy_version(trainer: Path, record: dict, copies: Path, copied: dict, missi
 
 
 def _swarm_facts(run_dir: Path, peers: int, trainers: int, t0: float, versions: list[dict], copied: dict,
-                 missing: list, exit_code, stop_s: float) -> dict:
-    table = tomllib.loads(EXAMPLE.read_text())["task"]
-    params = table.get("params", {})
+                 missing: list, exit_code, stop_s: float, params: dict) -> dict:
     per_commit = int(params.get("prompts_per_commit", 4)) * int(params.get("group_size", 16))
     commits = sorted(r["ts"] for i in range(trainers, peers) for r in read_records(run_dir / f"peer{i}",
                                                                                      "rollouts-committed"))
@@ -228,20 +277,24 @@ def _swarm_facts(run_dir: Path, peers: int, trainers: int, t0: float, versions: 
 
 # ------------------------------------------------------------------------------------------ single
 
-def run_single_baseline(base_weights: bytes, budget: float, points: int, threads: int,
-                        task_id: str = "bench-single", name: str = "single") -> dict:
+def run_single_baseline(table: dict, base_weights: bytes | None, budget: float, points: int, threads: int,
+                        copies: Path, task_id: str = "bench-single", name: str = "single") -> dict:
+    """`base_weights` None: the model's own weights (a model from disk is its own version 0).
+    Checkpoint weights are written to files under `copies` (a 135M model's are 0.5 GB each)."""
     import torch
 
+    from swarm.taskparams import env_options
     from trainer.envs import get_env
     from trainer.policy import base_model, load_weights, weights_bytes
     from trainer.single import SingleConfig, run_single
     from trainer.taskconfig import grpo_config
 
-    table = tomllib.loads(EXAMPLE.read_text())["task"]
     torch.set_num_threads(threads)
     model, tokenizer = base_model(table["model"], 0)
-    load_weights(model, base_weights)
-    g = grpo_config(table.get("params", {}))
+    if base_weights is not None:
+        load_weights(model, base_weights)
+    copies.mkdir(parents=True, exist_ok=True)
+    g = grpo_config(table["params"])
     schedule = [budget * k / points for k in range(points + 1)]
     kept: list[dict] = []
     last_report = [time.monotonic()]
@@ -249,7 +302,9 @@ def run_single_baseline(base_weights: bytes, budget: float, points: int, threads
     def checkpoint(record: dict, m) -> None:
         due = sum(1 for c in schedule if c <= record["elapsed_s"])
         if len(kept) < due or record["elapsed_s"] >= budget:
-            kept.append({"step": record["step"], "wall_s": record["elapsed_s"], "weights": weights_bytes(m),
+            path = copies / f"step{record['step']:05d}.safetensors"
+            path.write_bytes(weights_bytes(m))
+            kept.append({"step": record["step"], "wall_s": record["elapsed_s"], "weights": str(path),
                          "completions_sampled": record["step"] * g.prompts_per_step * g.group_size,
                          "reward": record.get("reward")})
         if time.monotonic() - last_report[0] >= 15:
@@ -258,7 +313,7 @@ def run_single_baseline(base_weights: bytes, budget: float, points: int, threads
             last_report[0] = time.monotonic()
 
     say(f"{name}: {budget:.0f} s, {threads} torch threads, prompts and samples seeded by {task_id!r}")
-    history = run_single(model, tokenizer, get_env(table["env"]),
+    history = run_single(model, tokenizer, get_env(table["env"], env_options(table["params"])),
                          SingleConfig(grpo=g, seconds=budget, eval_every=0, task_id=task_id),
                          checkpoint=checkpoint)
     steps = history[1:]
@@ -273,24 +328,46 @@ def run_single_baseline(base_weights: bytes, budget: float, points: int, threads
 
 # ------------------------------------------------------------------------------------------ scoring
 
-def evaluate_points(name: str, points: list[dict], n_heldout: int, threads: int) -> None:
+def evaluate_points(table: dict, name: str, points: list[dict], n_heldout: int, threads: int,
+                    sampled: bool = True, cache: dict | None = None) -> None:
+    """Score each point's weights in place; `cache` (weights digest -> scores) skips weights already
+    scored (every run's first point is the same version 0)."""
     import torch
 
     from trainer.evaluate import evaluate_weights
 
-    table = tomllib.loads(EXAMPLE.read_text())["task"]
-    max_new = int(table.get("params", {}).get("max_new_tokens", 10))
+    max_new = int(table["params"].get("max_new_tokens", 10))
     torch.set_num_threads(threads)
     for p in points:
         w = p.pop("weights")
         if w is None:
             p["greedy"] = p["sampled"] = None
             continue
-        acc = evaluate_weights(w if isinstance(w, bytes) else Path(w), table["model"], table["env"], n_heldout,
-                               max_new, seed_tag="bench-eval")
-        p["greedy"], p["sampled"] = round(acc["greedy"], 4), round(acc["sampled"], 4)
+        data = w if isinstance(w, bytes) else Path(w).read_bytes()
+        digest = _tensors_digest(data)
+        acc = (cache or {}).get(digest) or evaluate_weights(data, table["model"], table["env"], n_heldout, max_new,
+                                                            seed_tag="bench-eval", params=table["params"],
+                                                            sampled=sampled)
+        if cache is not None:
+            cache[digest] = acc
+        p["greedy"] = round(acc["greedy"], 4)
+        p["sampled"] = round(acc["sampled"], 4) if acc["sampled"] is not None else None
         say(f"eval {name}: wall {p['wall_s']:6.1f}s completions {p['completions_sampled']:6d} "
-            f"greedy {p['greedy']:.3f} sampled {p['sampled']:.3f}")
+            f"greedy {p['greedy']:.3f} sampled {p['sampled']}")
+
+
+def _tensors_digest(data: bytes) -> str:
+    """The weights' values (names and tensors), not the file's bytes: the swarm's version 0 blob and a
+    single run's copy of the same weights are the same policy, scored once."""
+    import hashlib
+
+    from safetensors.torch import load
+
+    h = hashlib.blake2b(digest_size=16)
+    for name, tensor in sorted(load(data).items()):
+        h.update(name.encode())
+        h.update(tensor.float().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def first_reaching(points: list[dict], level: float) -> dict | None:
@@ -362,6 +439,56 @@ def verdicts(swarm: dict, single: dict) -> dict:
     }
 
 
+def best_of(points: list[dict]) -> float | None:
+    return max((p["greedy"] for p in points if p.get("greedy") is not None), default=None)
+
+
+def gain_verdicts(swarm: dict | None, single: dict, control: dict | None) -> dict:
+    """Issue 26's targets for a model and task other than the built-in one: the best held-out greedy
+    accuracy at least +0.10 over the base and outside the noise floor (the spread of the two single
+    runs: the largest pointwise gap between them, at equal completions), and the swarm's time to the
+    single run's best at most 1.5x the single run's."""
+    si = single["points"]
+    base = si[0]["greedy"] if si and si[0].get("greedy") is not None else None
+    runs = {"single": single, **({"control": control} if control else {}), **({"swarm": swarm} if swarm else {})}
+    best = {k: best_of(r["points"]) for k, r in runs.items()}
+    floor = None
+    if control is not None:
+        gaps = gaps_at_equal_completions(control["points"], si, "control")
+        floor = max((abs(g["gap"]) for g in gaps), default=None)
+    gains = {k: round(b - base, 4) if b is not None and base is not None else None for k, b in best.items()}
+    t_single = first_reaching(si, best["single"]) if best["single"] is not None else None
+    t_swarm = first_reaching(swarm["points"], best["single"]) if swarm and best["single"] is not None else None
+    ratio = (round(t_swarm["wall_s"] / t_single["wall_s"], 3)
+             if t_swarm and t_single and t_single["wall_s"] > 0 else None)
+    want = GAIN_TARGETS["gain_over_base"]
+
+    def result(gain):
+        if gain is None:
+            return "not measurable"
+        if gain < want:
+            return "missed"
+        return "met" if floor is None or gain > floor else "missed (within the noise floor)"
+
+    return {
+        "base_greedy": base, "best_greedy": best, "gain_over_base": gains, "noise_floor": floor,
+        "gain_target": {"target": f">= +{want} and > noise floor",
+                        "result": {k: result(g) for k, g in gains.items()}},
+        "time_to_single_best": {
+            "level": best["single"], "single_s": t_single["wall_s"] if t_single else None,
+            "swarm_s": t_swarm["wall_s"] if t_swarm else None, "ratio_swarm_over_single": ratio,
+            "target": GAIN_TARGETS["time_to_single_best_ratio"],
+            "result": ("not run" if swarm is None else
+                       "not measurable (the single run never rose above its start)" if not gains.get("single") else
+                       met_or_missed(ratio <= GAIN_TARGETS["time_to_single_best_ratio"]) if ratio is not None else
+                       "missed (the swarm never reached the single run's best)")},
+    }
+
+
+def met_or_missed(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
 def _drop_bulk(base: Path) -> None:
     """Weights copies, blobs and shards are only needed until the checkpoints are scored."""
     for path in [*base.glob("*-weights"), *base.glob("*/peer*/blobs"), *base.glob("*/peer*/shards")]:
@@ -380,8 +507,9 @@ def run_takeover_pair(args, base: Path, out: dict) -> dict:
                     trainers=2, kill_at=args.kill_trainer_at, same_peers_as=base / "swarm")
     out["load_after_takeover"] = load()
     say("scoring every checkpoint on held-out prompts")
-    evaluate_points("swarm", calm["points"], args.eval_prompts, args.single_threads)
-    evaluate_points("takeover", hit["points"], args.eval_prompts, args.single_threads)
+    table = task_table(EXAMPLE)
+    evaluate_points(table, "swarm", calm["points"], args.eval_prompts, args.single_threads)
+    evaluate_points(table, "takeover", hit["points"], args.eval_prompts, args.single_threads)
     out["load_end"] = load()
     base_weights = [run["points"][0]["weights_hash"] if run["points"] else None for run in (calm, hit)]
     out["peers"], out["trainers"], out["kill_trainer_at_s"] = peers, 2, args.kill_trainer_at
@@ -408,9 +536,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=600.0, help="seconds of RL per run (default 600)")
     ap.add_argument("--peers", type=int, default=4, help="swarm peers: 1 trainer + N-1 workers (default 4; "
                                                           "--kill-trainer-at adds a standby trainer)")
+    ap.add_argument("--task", type=Path, default=EXAMPLE, help=f"task file (default {EXAMPLE.relative_to(ROOT)})")
+    ap.add_argument("--model", help="the task's model instead (smollm2-135m, hf:ORG/NAME@REV, dir:PATH)")
+    ap.add_argument("--env", help="the task's environment instead (e.g. reasoning-gym:leg_counting)")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="set a task param (a TOML value; e.g. lr=2e-6, env.leg_counting.max_animals=2); repeatable")
     ap.add_argument("--points", type=int, default=20, help="evaluated checkpoints per run (default 20)")
     ap.add_argument("--eval-prompts", type=int, default=256, help="held-out prompts per evaluation")
+    ap.add_argument("--greedy-only", action="store_true", help="score checkpoints greedy only (half the cost)")
     ap.add_argument("--single-threads", type=int, default=2, help="torch threads of the single run")
+    ap.add_argument("--parallel-singles", action="store_true",
+                    help="with --control: run the two single runs at once, one torch thread each")
+    ap.add_argument("--no-swarm", action="store_true", help="only the single run(s), from the model's own weights")
+    ap.add_argument("--screen", action="store_true",
+                    help="no training: the base model's held-out greedy accuracy on the settings of "
+                         "bench/learning_screen.py (or only --env with its --param options), --eval-prompts each")
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds to wait for version 0")
     ap.add_argument("--base-dir", type=Path, help="where runs go (default runs/bench-learning/<time>)")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
@@ -427,50 +567,102 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.kill_trainer_at is not None and (args.control or not 0 < args.kill_trainer_at < args.budget):
         ap.error("--kill-trainer-at takes seconds between 0 and --budget, and no --control")
+    table = task_table(args.task, args.model, args.env, args.param)
+    if args.kill_trainer_at is not None and not is_example(table):
+        ap.error("--kill-trainer-at runs the built-in task only")
+    if args.no_swarm and table["model"] == "builtin:digit-sort-tiny":
+        ap.error("--no-swarm needs a model from disk: the built-in model's version 0 is made by the swarm's init job")
+    started = time.time()
+    if args.screen:
+        return _screen(args, table, started)
     base = args.base_dir or ROOT / "runs" / "bench-learning" / time.strftime("%Y%m%d-%H%M%S")
     if base.exists():
         raise SystemExit(f"{base} exists; pass a new --base-dir")
     base.mkdir(parents=True)
-    started = time.time()
+    task_file = args.task if table == task_table(args.task) else write_task(table, base / "task.toml")
     out = {"bench": "learning", "budget_s": args.budget, "peers": args.peers, "eval_prompts": args.eval_prompts,
-           "task": str(EXAMPLE.relative_to(ROOT)), "cpus": os.cpu_count(), "load_start": load(),
-           "base_dir": str(base)}
+           "task": str(task_file), "model": table["model"], "env": table["env"], "params": table["params"],
+           "cpus": os.cpu_count(), "load_start": load(), "base_dir": str(base)}
     if args.kill_trainer_at is not None:
         return _finish(run_takeover_pair(args, base, out), args, base, started)
-    swarm = run_swarm(base, args.peers, args.budget, args.points, EXAMPLE, args.start_timeout)
-    out["load_after_swarm"] = load()
-    if not swarm["points"] or swarm["points"][0]["version"] != 0 or swarm["points"][0]["weights"] is None:
-        raise SystemExit(f"the swarm's version 0 weights were not found; see {base}")
-    base_weights = Path(swarm["points"][0]["weights"]).read_bytes()
-    single = run_single_baseline(base_weights, args.budget, args.points, args.single_threads)
+    swarm, base_weights = None, None
+    if not args.no_swarm:
+        swarm = run_swarm(base, args.peers, args.budget, args.points, task_file, args.start_timeout)
+        out["load_after_swarm"] = load()
+        if not swarm["points"] or swarm["points"][0]["version"] != 0 or swarm["points"][0]["weights"] is None:
+            raise SystemExit(f"the swarm's version 0 weights were not found; see {base}")
+        base_weights = Path(swarm["points"][0]["weights"]).read_bytes()
+    single, control = run_singles(args, table, base, base_weights)
     out["load_after_single"] = load()
-    control = None
-    if args.control:
-        control = run_single_baseline(base_weights, args.budget, args.points, args.single_threads,
-                                      task_id="bench-single-control", name="control")
-        out["load_after_control"] = load()
     say("scoring every checkpoint on held-out prompts")
-    evaluate_points("swarm", swarm["points"], args.eval_prompts, args.single_threads)
-    evaluate_points("single", single["points"], args.eval_prompts, args.single_threads)
-    if control is not None:
-        evaluate_points("control", control["points"], args.eval_prompts, args.single_threads)
+    scored: dict = {}
+    for name, run in (("swarm", swarm), ("single", single), ("control", control)):
+        if run is not None:
+            evaluate_points(table, name, run["points"], args.eval_prompts, args.single_threads,
+                            sampled=not args.greedy_only, cache=scored)
     out["load_end"] = load()
     out["swarm"], out["single"] = swarm, single
-    out["targets"] = verdicts(swarm, single)
     if control is not None:
         out["control"] = {**{k: v for k, v in control.items() if k != "points"},
                           "gap_to_single": control_gaps(control, single)}
-    sp_sw, sp_si = swarm.get("seconds_per_version"), single.get("seconds_per_step")
-    out["ratios"] = {
-        "seconds_per_step_swarm_over_single": round(sp_sw / sp_si, 3) if sp_sw and sp_si else None,
-        "completions_sampled_swarm_over_single": round(swarm["completions_sampled"] / single["completions_sampled"], 3)
-        if single["completions_sampled"] else None,
-        "best_greedy_swarm_minus_single": round(out["targets"]["swarm_best_greedy"]["value"]
-                                                - out["targets"]["single_best_greedy"], 4)
-        if out["targets"]["swarm_best_greedy"]["value"] is not None and out["targets"]["single_best_greedy"] is not None
-        else None,
-    }
+    if not is_example(table):
+        out["targets"] = gain_verdicts(swarm, single, control)
+        if swarm is not None:
+            out["ratios"] = _ratios(swarm, single)
+        return _finish(out, args, base, started)
+    out["targets"] = verdicts(swarm, single)
+    out["ratios"] = {**_ratios(swarm, single),
+                     "best_greedy_swarm_minus_single": round(out["targets"]["swarm_best_greedy"]["value"]
+                                                             - out["targets"]["single_best_greedy"], 4)
+                     if out["targets"]["swarm_best_greedy"]["value"] is not None
+                     and out["targets"]["single_best_greedy"] is not None else None}
     return _finish(out, args, base, started)
+
+
+def _ratios(swarm: dict, single: dict) -> dict:
+    sp_sw, sp_si = swarm.get("seconds_per_version"), single.get("seconds_per_step")
+    return {"seconds_per_step_swarm_over_single": round(sp_sw / sp_si, 3) if sp_sw and sp_si else None,
+            "completions_sampled_swarm_over_single": round(swarm["completions_sampled"] / single["completions_sampled"], 3)
+            if single["completions_sampled"] else None}
+
+
+def run_singles(args, table: dict, base: Path, base_weights: bytes | None) -> tuple[dict, dict | None]:
+    """The single run and (--control) its twin with other seeds; at once with --parallel-singles,
+    each in its own process with one torch thread (so each has one of the two cores)."""
+    kw = dict(table=table, base_weights=base_weights, budget=args.budget, points=args.points)
+    single_kw = {**kw, "copies": base / "single-weights"}
+    control_kw = {**kw, "copies": base / "control-weights", "task_id": "bench-single-control", "name": "control"}
+    if not args.control:
+        return run_single_baseline(**single_kw, threads=args.single_threads), None
+    if not args.parallel_singles:
+        return (run_single_baseline(**single_kw, threads=args.single_threads),
+                run_single_baseline(**control_kw, threads=args.single_threads))
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = [pool.submit(run_single_baseline, **single_kw, threads=1),
+                pool.submit(run_single_baseline, **control_kw, threads=1)]
+        return jobs[0].result(), jobs[1].result()
+
+
+def _screen(args, table: dict, started: float) -> int:
+    from learning_screen import SETTINGS, screen
+
+    settings = [(table["env"], {k: v for k, v in table["params"].items() if k.startswith("env.")})] \
+        if args.env else SETTINGS
+    max_new = int(table["params"].get("max_new_tokens", 64))
+    load_start = load()
+    rows = screen(table["model"], settings, args.eval_prompts, max_new, args.single_threads, say=say)
+    out = {"bench": "learning-screen", "model": table["model"], "eval_prompts": args.eval_prompts,
+           "max_new_tokens": max_new, "cpus": os.cpu_count(), "load_start": load_start, "load_end": load(),
+           "settings": rows}
+    out["elapsed_s"] = round(time.time() - started, 1)
+    text = json.dumps(out, indent=2)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
 
 
 def _finish(out: dict, args, base: Path, started: float) -> int:

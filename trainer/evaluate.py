@@ -1,11 +1,14 @@
 """Held-out accuracy of a policy version, for offline learning curves (bench/, operators).
 
+    python -m trainer.evaluate --task my-task.toml [--weights PEER_DIR/blobs/<digest>] [--prompts 256]
+
     evaluate_weights(blob_path_or_state_dict, "builtin:digit-sort-tiny", "digit-sort")
     -> {"greedy": 0.41, "sampled": 0.27}
 
 Greedy is one argmax completion per held-out prompt; sampled is one seeded temperature-1 sample per
 prompt (seeds fixed by `seed_tag`, so two versions are compared on the same noise). Both use the
-same reward checker as training, on the held-out split that training never sees.
+same reward checker as training, on the held-out split that training never sees. `params`: the
+task's params, whose `env.*` options configure the environment (a reasoning-gym task's difficulty).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from swarm.taskparams import env_options
 from trainer.envs import Environment, get_env
 from trainer.inference import TorchBackend
 from trainer.policy import base_model, load_weights
@@ -23,8 +27,10 @@ from trainer.rollout import accuracy
 
 def evaluate_weights(weights: str | os.PathLike | bytes | dict, model: str = "builtin:digit-sort-tiny",
                      env: str | Environment = "digit-sort", n_heldout: int = 256,
-                     max_new_tokens: int = 10, seed_tag: str = "eval") -> dict[str, float]:
-    """`weights`: a weights blob file (as stored by the init/train jobs), its bytes, or a state dict."""
+                     max_new_tokens: int = 10, seed_tag: str = "eval", params: dict | None = None,
+                     sampled: bool = True) -> dict[str, float]:
+    """`weights`: a weights blob file (as stored by the init/train jobs), its bytes, or a state dict.
+    `sampled=False` skips the sampled score (None): half the cost, for models whose replies are long."""
     net, tokenizer = base_model(model, 0)
     if isinstance(weights, dict):
         net.load_state_dict(weights, strict=False)
@@ -34,10 +40,40 @@ def evaluate_weights(weights: str | os.PathLike | bytes | dict, model: str = "bu
     else:
         data = weights if isinstance(weights, (bytes, bytearray)) else Path(weights).read_bytes()
         load_weights(net, bytes(data))
-    env = get_env(env) if isinstance(env, str) else env
+    env = get_env(env, env_options(params or {})) if isinstance(env, str) else env
     backend = TorchBackend(net.eval(), tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
     with torch.no_grad():
         return {"greedy": accuracy(env, tokenizer, backend, n_heldout, temperature=0.0,
                                    max_new_tokens=max_new_tokens),
                 "sampled": accuracy(env, tokenizer, backend, n_heldout, temperature=1.0,
-                                    max_new_tokens=max_new_tokens, seed_tag=seed_tag)}
+                                    max_new_tokens=max_new_tokens, seed_tag=seed_tag) if sampled else None}
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+    import json
+
+    from trainer.single import task_table
+
+    ap = argparse.ArgumentParser(description="Held-out accuracy of a task's base model or one of its versions.")
+    ap.add_argument("--task", required=True, help="the task file (its model, env and params)")
+    ap.add_argument("--weights", help="a version's weights blob (default: the base model as it loads)")
+    ap.add_argument("--prompts", type=int, default=256, help="held-out prompts (default 256)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--greedy-only", action="store_true", help="skip the sampled score")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    task = task_table(args.task)
+    if args.weights:
+        weights = Path(args.weights)
+    else:
+        from trainer.policy import weights_bytes
+
+        weights = weights_bytes(base_model(task["model"], 0)[0])
+    max_new = int(task["params"].get("max_new_tokens", 10))
+    print(json.dumps(evaluate_weights(weights, task["model"], task["env"], args.prompts, max_new,
+                                      params=task["params"], sampled=not args.greedy_only)))
+
+
+if __name__ == "__main__":
+    main()

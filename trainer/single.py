@@ -4,6 +4,7 @@ This is the yardstick the swarm is measured against (same prompts by assignment,
 GRPO), and the smallest end-to-end check that "the model learns". Run it:
 
     python -m trainer.single --seconds 180
+    python -m trainer.single --task my-task.toml --seconds 600   # a task file's model, env and params
 """
 
 from __future__ import annotations
@@ -11,16 +12,20 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import tomllib
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 import torch
 
 from gossip.assignment import assign_prompts
+from swarm.taskparams import env_options
 from trainer.envs import Environment, get_env
 from trainer.grpo import GRPOConfig, group_advantages, grpo_step, lr_at, make_batch, make_optimizer
 from trainer.inference import Backend, TorchBackend
+from trainer.policy import BUILTIN_TINY, base_model
 from trainer.rollout import accuracy, generate_rollouts
+from trainer.taskconfig import grpo_config
 
 
 @dataclass
@@ -110,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     from trainer.warmup import WarmupConfig, warmup
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--task", help="a task file: train its model on its env with its params (GRPO settings "
+                                   "and env.* options); --model, --env and --lr are then ignored")
     ap.add_argument("--model", help="model directory (default: built-in model, warmed up here)")
     ap.add_argument("--env", default="digit-sort")
     ap.add_argument("--seconds", type=float, default=180.0)
@@ -117,19 +124,38 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--lr", type=float, default=GRPOConfig.lr)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N steps; 0 = never")
+    ap.add_argument("--eval-prompts", type=int, default=256)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    env = get_env(args.env)
-    if args.model:
-        model, tokenizer = load_model(args.model)
+    grpo, name, model_name = GRPOConfig(lr=args.lr), args.env, args.model
+    options: dict = {}
+    if args.task:
+        task = task_table(args.task)
+        grpo, name, options = grpo_config(task["params"]), task["env"], env_options(task["params"])
+    env = get_env(name, options)
+    if args.task and task["model"] != BUILTIN_TINY:
+        model, tokenizer = base_model(task["model"])
+    elif model_name:
+        model, tokenizer = load_model(model_name)
     else:
         model, tokenizer = create_builtin_model(args.seed)
         t0 = time.monotonic()
         warmup(model, tokenizer, env, WarmupConfig(seed=args.seed))
         print(json.dumps({"warmup_s": round(time.monotonic() - t0, 1)}), flush=True)
-    cfg = SingleConfig(grpo=GRPOConfig(lr=args.lr), seconds=args.seconds, max_steps=args.max_steps)
+    cfg = SingleConfig(grpo=grpo, seconds=args.seconds, max_steps=args.max_steps, eval_every=args.eval_every,
+                       eval_prompts=args.eval_prompts)
     print(json.dumps({"config": asdict(cfg)}), flush=True)
     run_single(model, tokenizer, env, cfg, log=lambda r: print(json.dumps(r), flush=True))
+
+
+def task_table(path: str) -> dict:
+    """A task file's [task] table, its params flattened as announced (env.<task>.<option> keys)."""
+    from node.taskfile import flat_params
+
+    with open(path, "rb") as f:
+        task = tomllib.load(f)["task"]
+    return {**task, "params": flat_params(task.get("params") or {}, path)}
 
 
 if __name__ == "__main__":
