@@ -192,6 +192,7 @@ class PeerCore:
             if name == "heartbeat":
                 uptime = now - self.started_at if self.started_at is not None else 0.0
                 interval, size = self.membership.pace(uptime)
+                self.membership.interval = interval
                 effects += self.context.publish(now, topics.STATUS, self._heartbeat(now, interval, size))
                 for topic, message in self.release.extras(now, self._uptime(now)):
                     effects += self.context.publish(now, topic, message)

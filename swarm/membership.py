@@ -118,7 +118,7 @@ class Membership:
         self._addressed: set[str] = {self_id}
         self._unproven: set[str] = set()  # entries without evidence (see budgets)
         self._via: Counter = Counter()  # neighbour -> unproven entries its relays created
-        self._interval = config.heartbeat_interval  # ours, as last paced
+        self.interval = config.heartbeat_interval  # ours, as last sent (the core sets it)
         self._turnover = TokenBuckets(config.unproven_rate, config.unproven_per_link)  # keyed by neighbour
 
     # ---- table upkeep
@@ -243,8 +243,8 @@ class Membership:
     # `unproven_quota`, so a flood of fresh keys through one link fills one link's share, never the
     # table, and its heartbeats beyond the share are refused (not forwarded: no amplification). An
     # unproven peer's declared interval counts only up to `unproven_interval_factor` x ours for its
-    # silence threshold, and in `pace` each neighbour's unproven peers count only up to the median
-    # neighbour's: fakes through a minority of our links cannot stretch our interval.
+    # silence threshold, and in `pace` each neighbour's unproven peers count only up to the (lower)
+    # median neighbour's: fakes through a minority of our links cannot stretch our interval.
 
     def vouch(self, peer: str) -> None:
         """Signed work by this peer was accepted (a manifest of a task it trains): proven for good."""
@@ -333,7 +333,7 @@ class Membership:
     def gone_threshold(self, info: PeerInfo) -> float:
         interval = info.interval
         if info.peer_id in self._unproven:  # a declared hour must not keep a free key alive for three
-            interval = min(interval, self.config.unproven_interval_factor * self._interval)
+            interval = min(interval, self.config.unproven_interval_factor * self.interval)
         return max(self.config.gone_after, self.config.gone_factor * interval + 1.0)
 
     def heartbeat_interval(self, uptime: float = float("inf")) -> float:
@@ -346,8 +346,8 @@ class Membership:
         The size is the live peers we know plus ourselves, once our table is complete: once we have been
         up for the interval that count implies, everyone heartbeating at that rate or faster has been
         heard. Unproven peers count through their neighbour (`via`), each neighbour's up to what the
-        median linked neighbour brings (`_counted`): in a large swarm every link brings its share of far
-        peers, a flood through a minority of our links brings nothing extra. Until our table is complete
+        (lower) median linked neighbour brings (`_counted`): in a large swarm every link brings its share
+        of far peers, a flood through a minority of our links brings nothing extra. Until our table is complete
         (a newcomer) our own count is too low: a peer joining a 1,000-peer swarm whose interval is an
         hour has heard a handful after a few seconds. A newcomer therefore also takes the median of the
         sizes its proven peers declare (`StatusHeartbeat.peers`), ignoring 0, which a peer that has
@@ -369,13 +369,13 @@ class Membership:
                 interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
             elif not alive:
                 size = 0  # we know nobody: no estimate to offer
-        self._interval = interval = min(MAX_INTERVAL, interval)
-        return interval, size
+        return min(MAX_INTERVAL, interval), size
 
     def _counted(self) -> int:
         """Live peers for the swarm-size estimate: every proven one; unproven ones by the neighbour whose
-        relay created them, each neighbour counting up to the median of our links' counts (of all
-        neighbours' while we have no link)."""
+        relay created them, each neighbour counting up to the lower median of the counts of our links and
+        of ourselves (0: we relay none to ourselves), so that fakes through a flooding link count only
+        where most of our links bring as many; while we have no link, of all neighbours' counts."""
         proven, by_via = 0, Counter()
         unproven = self._unproven
         for info in self.peers.values():
@@ -386,8 +386,8 @@ class Membership:
                     proven += 1
         if not by_via:
             return proven
-        shares = sorted(by_via[p] for p in self._linked) if self._linked else sorted(by_via.values())
-        cap = shares[len(shares) // 2]
+        shares = sorted([0] + [by_via[p] for p in self._linked]) if self._linked else sorted(by_via.values())
+        cap = shares[(len(shares) - 1) // 2]
         return proven + sum(min(n, cap) for n in by_via.values())
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
