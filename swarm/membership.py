@@ -118,6 +118,9 @@ class Membership:
         self._addressed: set[str] = {self_id}
         self._unproven: set[str] = set()  # entries without evidence (see budgets)
         self._via: Counter = Counter()  # neighbour -> unproven entries its relays created
+        # neighbour -> its unproven entries not alive, oldest silent first: what a new one may replace,
+        # found without a scan (at 1,000 peers a full table refuses a few heartbeats a second)
+        self._silent: dict[str, dict[str, None]] = {}
         self.interval = config.heartbeat_interval  # ours, as last sent (the core sets it)
         self._turnover = TokenBuckets(config.unproven_rate, config.unproven_per_link)  # keyed by neighbour
 
@@ -137,6 +140,7 @@ class Membership:
                 info.via = via
                 self._unproven.add(peer)
                 self._via[via] += 1
+                self._went_silent(info)
         return info
 
     def _forget(self, peer: str) -> None:
@@ -194,6 +198,8 @@ class Membership:
         effects: list = []
         if info.state != ALIVE:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
+        if info.state != ALIVE and peer in self._unproven:
+            self._unsilence(info)
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
         info.clock_offset = now - beat.sent_at  # negative: its clock runs ahead of ours (doctor reports it)
@@ -231,6 +237,8 @@ class Membership:
                 info.via = peer  # its own budget, as if it had relayed itself
                 self._unproven.add(peer)
                 self._via[peer] += 1
+                if info.state != ALIVE:
+                    self._went_silent(info)
         self._linked.discard(peer)
 
     # ---- budgets
@@ -258,9 +266,21 @@ class Membership:
             self._unproven.discard(peer)
             info = self.peers.get(peer)
             via = info.via if info is not None else ""
+            if info is not None:
+                self._unsilence(info)
             self._via[via] -= 1
             if self._via[via] <= 0:
                 del self._via[via]
+
+    def _went_silent(self, info: PeerInfo) -> None:
+        self._silent.setdefault(info.via, {})[info.peer_id] = None
+
+    def _unsilence(self, info: PeerInfo) -> None:
+        silent = self._silent.get(info.via)
+        if silent is not None:
+            silent.pop(info.peer_id, None)
+            if not silent:
+                del self._silent[info.via]
 
     def is_proven(self, info: PeerInfo) -> bool:
         return info.peer_id not in self._unproven
@@ -272,13 +292,14 @@ class Membership:
         turn the share over (and have us forward a share's worth per silence threshold)."""
         cfg = self.config
         victim = None
-        if self._via[via] >= cfg.unproven_per_link or len(self._unproven) >= cfg.unproven_quota:
-            own = self._via[via] >= cfg.unproven_per_link
-            silent = sorted((p.last_seen or 0.0, p.peer_id) for p in (self.peers[q] for q in self._unproven)
-                            if p.state != ALIVE and not p.connected and (not own or p.via == via))
-            if not silent:
+        if self._via[via] >= cfg.unproven_per_link:  # its share is full: one of its own silent ones
+            victim = next(iter(self._silent.get(via, ())), None)
+            if victim is None:
                 return False
-            victim = silent[0][1]
+        elif len(self._unproven) >= cfg.unproven_quota:  # all shares are: anyone's silent one
+            victim = next((p for silent in self._silent.values() for p in silent), None)
+            if victim is None:
+                return False
         if not self._turnover.take(via, now):
             return False
         if victim is not None:
@@ -316,6 +337,8 @@ class Membership:
             info = peers[peer]
             if info.state == ALIVE and now - info.last_seen > self.gone_threshold(info):
                 info.state = GONE
+                if peer in self._unproven:
+                    self._went_silent(info)
                 info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:

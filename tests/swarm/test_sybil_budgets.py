@@ -13,6 +13,8 @@ MemoryNet (the attacker's traffic injected as if its link delivered it):
 
 from __future__ import annotations
 
+from collections import Counter
+
 from gossip import topics
 from gossip.envelope import seal
 from gossip.errors import Rejected
@@ -144,3 +146,34 @@ def test_junk_tasks_kept_live_by_one_keys_heartbeats_make_room_for_an_honest_tas
                    attacker.peer_id)
         net.run_for(5)
     assert real in victim.tasks.tasks and len(victim.tasks.tasks) == 32
+
+
+def test_budget_bookkeeping_matches_the_table_under_random_traffic():
+    """The per-neighbour counts and silent sets kept for O(1) budgets agree with a scan of the table."""
+    from swarm.rng import Rng
+    rng = Rng(7)
+    m = Membership("self", MembershipConfig(max_peers=40, unproven_per_link=6, unproven_quota=24))
+    now = 0.0
+    for step in range(1500):
+        now += 0.05
+        peer, link = f"p{rng.randrange(80)}", f"l{rng.randrange(4)}"
+        roll = rng.random()
+        try:
+            if roll < 0.6:
+                m.on_heartbeat(now, peer, beat(now), via=link)
+            elif roll < 0.7:
+                m.on_connected(peer, (), now)
+            elif roll < 0.8:
+                m.on_disconnected(peer, now)
+            elif roll < 0.85:
+                m.vouch(peer)
+            else:
+                m.sweep(now)
+        except Rejected as rej:
+            assert rej.reason == "capacity"
+        unproven = {p for p, i in m.peers.items() if not i.proven and not i.connected}
+        assert m._unproven == unproven, step
+        assert dict(m._via) == dict(Counter(m.peers[p].via for p in unproven))
+        assert {p for s in m._silent.values() for p in s} == {p for p in unproven if m.peers[p].state != ALIVE}
+        relayed = [p for p in unproven if m.peers[p].via.startswith("l")]  # the rest: brief links of their own
+        assert all(m._via[v] <= 6 for v in m._via if v.startswith("l")) and len(relayed) <= 24
