@@ -136,13 +136,13 @@ class PeerCore:
         if isinstance(inp, PeerConnected):
             if self.ledger.is_banned(inp.peer):
                 return [Ban(inp.peer, "banned")]
-            self.membership.on_connected(inp.peer, inp.addrs, now)
+            self.membership.on_connected(inp.peer, inp.addrs)
             if self.started_at is not None and "heartbeat" not in self.timers:
                 self.timers.set("heartbeat", now + (self.config.membership.first_beat_wait
                                                     if self._heartbeat_seq < 0 else 0.0))
             return [Emit("peer-connected", {"peer": inp.peer})] + self.shards.on_connected(now, inp.peer)
         if isinstance(inp, PeerDisconnected):
-            self.membership.on_disconnected(inp.peer, now)
+            self.membership.on_disconnected(inp.peer)
             self.shards.on_disconnected(inp.peer)
             return [Emit("peer-disconnected", {"peer": inp.peer})]
         if isinstance(inp, ShardsPresent):
@@ -192,7 +192,6 @@ class PeerCore:
             if name == "heartbeat":
                 uptime = now - self.started_at if self.started_at is not None else 0.0
                 interval, size = self.membership.pace(uptime)
-                self.membership.interval = interval
                 effects += self.context.publish(now, topics.STATUS, self._heartbeat(now, interval, size))
                 for topic, message in self.release.extras(now, self._uptime(now)):
                     effects += self.context.publish(now, topic, message)
@@ -232,7 +231,7 @@ class PeerCore:
         """A message the intake accepted so far; may still raise Rejected."""
         message = signed.message
         if isinstance(message, StatusHeartbeat):
-            effects = self.membership.on_heartbeat(now, signer, message, forwarder)
+            effects = self.membership.on_heartbeat(now, signer, message)
             if self._heartbeat_seq < 0 and message.peers and "heartbeat" in self.timers:
                 self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
             effects += self.shards.on_heartbeat(now, signer, message.versions)
@@ -278,8 +277,6 @@ class PeerCore:
         self.trust.authorise(task, signed)
         if isinstance(signed.message, WeightManifest):
             self.tasks.heard_manifest(task_id, now)  # authorised above: signed by one of its trainers
-            if task_id in self.versions or self.tasks.tasks[task_id].own:
-                self.membership.vouch(signer)  # trains a chain we verified a version of: not a free key
         if isinstance(signed.message, ShardHave):
             effects += self.shards.on_have(now, signed.message, signer)
         if isinstance(signed.message, WeightManifest):

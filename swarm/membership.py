@@ -9,10 +9,6 @@ Heartbeats go to every peer, so their total rate must not grow with the swarm: e
 its interval to keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers,
 100 s at 1,000 with the defaults), and says in each heartbeat when to expect the next.
 
-Budgets by evidence, not by peer id (issue 27): a key costs nothing, so what a peer we have no evidence
-about (an *unproven* peer: never directly linked for `proven_link_age`, no signed work seen) can make us
-hold is bounded by the neighbour that relayed it. See `budgets` below and docs/security.md.
-
 Peer exchange: heartbeats carry our listen addresses and a sample of peers we know, so every peer
 learns dialable addresses beyond the bootstrap peer and keeps `target_connections` links open. The
 swarm stays connected when the bootstrap peer dies.
@@ -21,14 +17,12 @@ swarm stays connected when the bootstrap peer dies.
 from __future__ import annotations
 
 import heapq
-from collections import Counter
 from dataclasses import dataclass, field
 
-from gossip.errors import CAPACITY, OUT_OF_WINDOW, STALE, Rejected
+from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
 from gossip.messages import PeerAddrs, StatusHeartbeat
 from gossip.release import CURRENT, Announced, Release
 from swarm.io import Dial, Disconnect, Emit
-from swarm.ratelimit import TokenBuckets
 from swarm.rng import Rng
 
 ALIVE, GONE, KNOWN = "alive", "gone", "known"
@@ -55,9 +49,6 @@ class PeerInfo:
     dial_failures: int = 0
     next_dial: float = 0.0
     announced: Announced | None = None  # what its last heartbeat said it speaks (gossip/release.py)
-    proven: bool = False  # evidence it is a real peer: a link that lasted, or signed work (Membership.vouch)
-    via: str = ""  # unproven: the neighbour whose relay created its entry (its budget pays for it)
-    linked_at: float | None = None  # when its current direct link opened
 
     def as_dict(self, now: float) -> dict:
         return {
@@ -90,12 +81,6 @@ class MembershipConfig:
     # base-rate guess of a peer that knows nobody (and so needs a second heartbeat seconds later).
     # 0: send at once. Worth it when many peers join together (a flash crowd, docs/simulator.md, core change 8).
     first_beat_wait: float = 0.0
-    # Budgets for unproven peers (no lasting link, no signed work seen): see Membership's "budgets".
-    unproven_per_link: int = 128  # table entries the heartbeats one neighbour relays may create
-    unproven_quota: int = 768  # all unproven entries: the rest of max_peers is kept for proven peers
-    unproven_rate: float = 1.0  # new unproven entries/s one neighbour's relays may create, after a full share
-    proven_link_age: float = 30.0  # a direct link open this long proves its peer for good
-    unproven_interval_factor: float = 2.0  # an unproven peer's declared interval counts up to this x ours
 
 
 class Membership:
@@ -116,60 +101,34 @@ class Membership:
         # names nobody outside it in the common case, and one C-level subset test says so. At 1,000
         # peers the per-entry loop it replaces was 5% of the simulator's run time.
         self._addressed: set[str] = {self_id}
-        self._unproven: set[str] = set()  # entries without evidence (see budgets)
-        self._via: Counter = Counter()  # neighbour -> unproven entries its relays created
-        # neighbour -> its unproven entries not alive, oldest silent first: what a new one may replace,
-        # found without a scan (at 1,000 peers a full table refuses a few heartbeats a second)
-        self._silent: dict[str, dict[str, None]] = {}
-        self.interval = config.heartbeat_interval  # ours, as last sent (the core sets it)
-        self._turnover = TokenBuckets(config.unproven_rate, config.unproven_per_link)  # keyed by neighbour
 
     # ---- table upkeep
 
-    def _info(self, peer: str, via: str | None = None, now: float = 0.0) -> PeerInfo | None:
-        """The peer's entry, made if needed. `via`: the neighbour that relayed what names an unknown
-        peer (it is then unproven and its budgets apply); None: direct evidence (a link, signed work)."""
+    def _info(self, peer: str) -> PeerInfo | None:
         info = self.peers.get(peer)
         if info is None and peer != self.self_id:
-            if via is not None and not self._room_for_unproven(via, now):
-                return None
-            if len(self.peers) >= self.config.max_peers and not self._evict_one(proven=via is None):
+            if len(self.peers) >= self.config.max_peers and not self._evict_one():
                 return None
             info = self.peers[peer] = PeerInfo(peer)
-            if via is not None:
-                info.via = via
-                self._unproven.add(peer)
-                self._via[via] += 1
-                self._went_silent(info)
         return info
 
-    def _forget(self, peer: str) -> None:
-        self._prove(peer)  # settles its budget
-        del self.peers[peer]
-        self._addressed.discard(peer)
-
-    def _evict_one(self, proven: bool) -> bool:
-        """Room in a full table: the longest-silent entry not alive and not linked, unproven ones first;
-        for a proven newcomer also a live unproven one. An unproven newcomer never pushes out a proven peer."""
-        unproven = [self.peers[p] for p in self._unproven]
-        candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in unproven if not p.connected and p.state != ALIVE)
-        if not candidates and proven:
-            candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in unproven if not p.connected)
-            candidates = candidates or sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
-                                              if not p.connected and p.state != ALIVE)
+    def _evict_one(self) -> bool:
+        candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
+                            if not p.connected and p.state != ALIVE)
         if not candidates:
             return False
-        self._forget(candidates[0][1])
+        del self.peers[candidates[0][1]]
+        self._addressed.discard(candidates[0][1])
         return True
 
-    def learn_addrs(self, peer: str, addrs: tuple[str, ...], via: str | None = None, now: float = 0.0) -> None:
+    def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
         if not addrs:
             return
         info = self.peers.get(peer)
         if info is None:
             if peer == self.self_id:
                 return
-            info = self._info(peer, via, now)
+            info = self._info(peer)
             if info is None:
                 return
         if not info.addrs:
@@ -178,9 +137,7 @@ class Membership:
 
     # ---- inputs
 
-    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat, via: str | None = None) -> list:
-        """`via`: the neighbour that relayed it (None: as if the peer itself). Raises Rejected (CAPACITY,
-        no penalty) when an unknown peer's entry is over budget: refused, gossipsub does not forward it."""
+    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat) -> list:
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
@@ -188,9 +145,9 @@ class Membership:
             else Announced.of(beat)
         self.release.check_major(theirs)  # another major: refused (other-major), never alive here
         peers = self.peers
-        info = peers.get(peer) or self._info(peer, via if via is not None else peer, now)
+        info = peers.get(peer) or self._info(peer)
         if info is None:
-            raise Rejected(CAPACITY, f"no room for another peer without evidence (relayed by {via or peer})")
+            return []
         if beat.seq <= info.last_seq:
             # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
@@ -198,8 +155,6 @@ class Membership:
         effects: list = []
         if info.state != ALIVE:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
-        if info.state != ALIVE and peer in self._unproven:
-            self._unsilence(info)
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
         info.clock_offset = now - beat.sent_at  # negative: its clock runs ahead of ours (doctor reports it)
@@ -217,94 +172,20 @@ class Membership:
             for known in beat.known_peers:
                 other = peers.get(known.peer_id)
                 if other is None or not other.addrs:
-                    self.learn_addrs(known.peer_id, known.addrs, via if via is not None else peer, now)
+                    self.learn_addrs(known.peer_id, known.addrs)
         return effects
 
-    def on_connected(self, peer: str, addrs: tuple[str, ...], now: float = 0.0) -> None:
+    def on_connected(self, peer: str, addrs: tuple[str, ...]) -> None:
         info = self._info(peer)
         if info is not None:
-            info.connected, info.dial_failures, info.linked_at = True, 0, now
+            info.connected, info.dial_failures = True, 0
             self._linked.add(peer)
-            self._prove(peer)  # while linked: a live connection is not free to hold
 
-    def on_disconnected(self, peer: str, now: float = 0.0) -> None:
+    def on_disconnected(self, peer: str) -> None:
         info = self.peers.get(peer)
         if info is not None:
             info.connected = False
-            lasted = info.linked_at is not None and now - info.linked_at >= self.config.proven_link_age
-            info.proven = info.proven or lasted
-            if not info.proven and peer not in self._unproven:
-                info.via = peer  # its own budget, as if it had relayed itself
-                self._unproven.add(peer)
-                self._via[peer] += 1
-                if info.state != ALIVE:
-                    self._went_silent(info)
         self._linked.discard(peer)
-
-    # ---- budgets
-    #
-    # A key costs nothing, so entries, liveness and the swarm-size estimate are budgeted by evidence: a
-    # peer is *proven* while directly linked, for good once a link lasted `proven_link_age` or once it
-    # signed work we accepted (`vouch`: a manifest of a task it trains). Every other entry is unproven
-    # and was created by a neighbour's relay (`via`, the neighbour itself for a peer that was linked
-    # briefly): one neighbour's relays may create `unproven_per_link` entries, all unproven entries
-    # `unproven_quota`, so a flood of fresh keys through one link fills one link's share, never the
-    # table, and its heartbeats beyond the share are refused (not forwarded: no amplification). An
-    # unproven peer's declared interval counts only up to `unproven_interval_factor` x ours for its
-    # silence threshold, and in `pace` each neighbour's unproven peers count only up to the (lower)
-    # median neighbour's: fakes through a minority of our links cannot stretch our interval.
-
-    def vouch(self, peer: str) -> None:
-        """Signed work by this peer was accepted (a manifest of a task it trains): proven for good."""
-        info = self._info(peer)
-        if info is not None:
-            info.proven = True
-            self._prove(peer)
-
-    def _prove(self, peer: str) -> None:
-        if peer in self._unproven:
-            self._unproven.discard(peer)
-            info = self.peers.get(peer)
-            via = info.via if info is not None else ""
-            if info is not None:
-                self._unsilence(info)
-            self._via[via] -= 1
-            if self._via[via] <= 0:
-                del self._via[via]
-
-    def _went_silent(self, info: PeerInfo) -> None:
-        self._silent.setdefault(info.via, {})[info.peer_id] = None
-
-    def _unsilence(self, info: PeerInfo) -> None:
-        silent = self._silent.get(info.via)
-        if silent is not None:
-            silent.pop(info.peer_id, None)
-            if not silent:
-                del self._silent[info.via]
-
-    def is_proven(self, info: PeerInfo) -> bool:
-        return info.peer_id not in self._unproven
-
-    def _room_for_unproven(self, via: str, now: float) -> bool:
-        """Whether `via` may create one more unproven entry now. Within its share and the quota, or by
-        replacing a silent unproven entry (its own, once its share is full); either way at most
-        `unproven_rate` a second after the first full share, so a flood of keys that go silent cannot
-        turn the share over (and have us forward a share's worth per silence threshold)."""
-        cfg = self.config
-        victim = None
-        if self._via[via] >= cfg.unproven_per_link:  # its share is full: one of its own silent ones
-            victim = next(iter(self._silent.get(via, ())), None)
-            if victim is None:
-                return False
-        elif len(self._unproven) >= cfg.unproven_quota:  # all shares are: anyone's silent one
-            victim = next((p for silent in self._silent.values() for p in silent), None)
-            if victim is None:
-                return False
-        if not self._turnover.take(via, now):
-            return False
-        if victim is not None:
-            self._forget(victim)
-        return True
 
     def on_dial_failed(self, now: float, peer: str) -> None:
         info = self.peers.get(peer)
@@ -337,15 +218,14 @@ class Membership:
             info = peers[peer]
             if info.state == ALIVE and now - info.last_seen > self.gone_threshold(info):
                 info.state = GONE
-                if peer in self._unproven:
-                    self._went_silent(info)
                 info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
                     effects.append(Disconnect(peer, "silent"))
                 later.append((info.last_seen + cfg.forget_after, peer, info.last_seen))
             elif info.state == GONE and not info.connected and now - info.last_seen > cfg.forget_after:
-                self._forget(peer)
+                del peers[peer]
+                self._addressed.discard(peer)
             else:  # not quite due (float slack), or gone but still linked: look again later
                 when = info.last_seen + (self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
                 later.append((max(when, now + slack * 2), peer, info.last_seen))
@@ -354,10 +234,7 @@ class Membership:
         return effects
 
     def gone_threshold(self, info: PeerInfo) -> float:
-        interval = info.interval
-        if info.peer_id in self._unproven:  # a declared hour must not keep a free key alive for three
-            interval = min(interval, self.config.unproven_interval_factor * self.interval)
-        return max(self.config.gone_after, self.config.gone_factor * interval + 1.0)
+        return max(self.config.gone_after, self.config.gone_factor * info.interval + 1.0)
 
     def heartbeat_interval(self, uptime: float = float("inf")) -> float:
         """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget."""
@@ -368,50 +245,29 @@ class Membership:
 
         The size is the live peers we know plus ourselves, once our table is complete: once we have been
         up for the interval that count implies, everyone heartbeating at that rate or faster has been
-        heard. Unproven peers count through their neighbour (`via`), each neighbour's up to what the
-        (lower) median linked neighbour brings (`_counted`): in a large swarm every link brings its share
-        of far peers, a flood through a minority of our links brings nothing extra. Until our table is complete
-        (a newcomer) our own count is too low: a peer joining a 1,000-peer swarm whose interval is an
-        hour has heard a handful after a few seconds. A newcomer therefore also takes the median of the
-        sizes its proven peers declare (`StatusHeartbeat.peers`), ignoring 0, which a peer that has
+        heard. Until then (a newcomer) our own count is too low: a peer joining a 1,000-peer swarm whose
+        interval is an hour has heard a handful after a few seconds. A newcomer therefore also takes the
+        median of the sizes others declare (`StatusHeartbeat.peers`), ignoring 0, which a peer that has
         heard nobody yet declares: in a flash crowd, where most peers heard are newcomers too, the
         median comes from those whose estimate rests on something. Only newcomers borrow: a settled
         peer's estimate is its own count, so the swarm's estimate follows it down when peers leave
         (borrowed sizes would otherwise sustain each other forever). A lying minority cannot move the
         median; the interval stays within the schema's bound whatever is declared."""
         cfg = self.config
-        alive = self._counted()
+        alive = 0
+        for info in self.peers.values():
+            if info.state == ALIVE:
+                alive += 1
         size = alive + 1
         interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
         if uptime < interval:  # still filling our table
-            unproven = self._unproven
-            declared = sorted(p.swarm for p in self.peers.values()
-                              if p.state == ALIVE and p.swarm > 0 and p.peer_id not in unproven)
+            declared = sorted(p.swarm for p in self.peers.values() if p.state == ALIVE and p.swarm > 0)
             if declared:
                 size = max(size, declared[len(declared) // 2])
                 interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
             elif not alive:
                 size = 0  # we know nobody: no estimate to offer
         return min(MAX_INTERVAL, interval), size
-
-    def _counted(self) -> int:
-        """Live peers for the swarm-size estimate: every proven one; unproven ones by the neighbour whose
-        relay created them, each neighbour counting up to the lower median of the counts of our links and
-        of ourselves (0: we relay none to ourselves), so that fakes through a flooding link count only
-        where most of our links bring as many; while we have no link, of all neighbours' counts."""
-        proven, by_via = 0, Counter()
-        unproven = self._unproven
-        for info in self.peers.values():
-            if info.state == ALIVE:
-                if info.peer_id in unproven:
-                    by_via[info.via] += 1
-                else:
-                    proven += 1
-        if not by_via:
-            return proven
-        shares = sorted([0] + [by_via[p] for p in self._linked]) if self._linked else sorted(by_via.values())
-        cap = shares[(len(shares) - 1) // 2]
-        return proven + sum(min(n, cap) for n in by_via.values())
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
         """Dial known peers until `target_connections` links are open."""

@@ -26,7 +26,6 @@ def status(core, now: float) -> dict:
         "peers": core.membership.snapshot(now),
         "connected": core.membership.connected_peers(),
         "alive": core.membership.alive_peers(),
-        "heartbeat_interval": core.membership.interval,
         "tasks": tasks,
         "versions": dict(sorted(core.versions.items())),
         "downloads": core.shards.snapshot(now),

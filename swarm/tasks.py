@@ -10,16 +10,12 @@ signed dates the same way, so refusing keeps them in agreement where a local cap
 announcer key may have at most `per_announcer` tasks here; when the table is full, the task whose
 trainers have been silent longest (no heartbeat from any trainer key, no manifest) is evicted for
 the newcomer if that silence exceeds `trainer_silence`; a task never heard from counts as silent
-since it was learned. One key's heartbeats are not evidence of work for many tasks (issue 27: 16
-fresh announcers x 2 tasks naming one heartbeating trainer kept 32 junk tasks "live" for ever): a
-trainer's heartbeats keep a task live only while that key is trainer of at most `per_trainer` tasks
-here; tasks naming a key past that count live only by manifests (work a trainer signed). The operator's own tasks (the local command) are exempt from the per-announcer
+since it was learned. The operator's own tasks (the local command) are exempt from the per-announcer
 limit, never evicted, and evict the most silent remote task when the table is full.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -60,7 +56,7 @@ class KnownTask:
 class TaskBook:
     def __init__(self, max_tasks: int = 32, clock_skew: float = 30.0, sync_retry: float = 10.0,
                  last_seen: Callable[[str], float | None] = lambda peer: None, per_announcer: int = 2,
-                 max_lifetime: float = MAX_LIFETIME, trainer_silence: float = 300.0, per_trainer: int = 2) -> None:
+                 max_lifetime: float = MAX_LIFETIME, trainer_silence: float = 300.0) -> None:
         self.max_tasks = max_tasks
         self.clock_skew = clock_skew
         self.sync_retry = sync_retry
@@ -68,7 +64,6 @@ class TaskBook:
         self.per_announcer = per_announcer
         self.max_lifetime = max_lifetime
         self.trainer_silence = trainer_silence
-        self.per_trainer = per_trainer
         self.tasks: dict[str, KnownTask] = {}
         self._manifest_at: dict[str, float] = {}  # task id -> when a manifest by one of its trainers came
         self._sync_pending: dict[str, float] = {}  # task id -> when we may ask again
@@ -108,19 +103,16 @@ class TaskBook:
         """A manifest signed by one of the task's trainers: a sign its trainer is alive."""
         self._manifest_at[task_id] = now
 
-    def _life(self, known: KnownTask, named: Counter) -> float:
-        """When one of the task's trainers last showed it is alive; never: as if silent since it was learned.
-        `named`: how many tasks here name each trainer key; a key named by over `per_trainer` keeps none
-        alive by heartbeats."""
-        keys = [k for k in known.task.trainer_keys if named[k] <= self.per_trainer]
-        seen = [t for t in (self.last_seen(peer_id_from_public_key(k)) for k in keys) if t is not None]
+    def _life(self, known: KnownTask) -> float:
+        """When one of the task's trainers last showed it is alive; never: as if silent since it was learned."""
+        seen = [t for t in (self.last_seen(peer_id_from_public_key(k)) for k in known.task.trainer_keys)
+                if t is not None]
         heard = max(seen + [self._manifest_at.get(known.task_id, float("-inf"))])
         return heard if heard > float("-inf") else known.learned_at - self.trainer_silence
 
     def _victim(self, now: float, own: bool) -> str | None:
         """The remote task to drop for a new one: the most silent, if silent long enough (or for our own)."""
-        named = Counter(key for k in self.tasks.values() for key in set(k.task.trainer_keys))
-        remote = sorted((self._life(k, named), task_id) for task_id, k in self.tasks.items() if not k.own)
+        remote = sorted((self._life(k), task_id) for task_id, k in self.tasks.items() if not k.own)
         if remote and (own or remote[0][0] <= now - self.trainer_silence):
             return remote[0][1]
         return None

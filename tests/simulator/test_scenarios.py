@@ -28,17 +28,12 @@ PINNED = {
     # several validators are all held against a trainer's own check (smoke was 14072ba2...,
     # adversarial 7851677a..., churn-compressed af756b76..., trainer-failover 9ee6b70a...); adversarial
     # and trainer-failover keep the train (and failover's verify) times they were built with in their files.
-    # Moved by issue 27 item 2 (membership budgets): unproven peers (no lasting link, no verified work)
-    # count in a heartbeat's declared swarm size only up to the lower median of the links' shares, so
-    # some heartbeats declare a smaller size (smoke: the old count in _counted gives 28b84abc again)
-    # (smoke was 28b84abc..., adversarial cc8c4476..., churn-compressed 88ae1de1..., trainer-failover
-    # 0ee722b7..., scaling 1d1ae34a...).
-    "smoke": "53583eccff7498e603c0116bf75ba3f7c9c19c34bff74e630d63052c39134ba7",
-    "adversarial": "dfe8be842afc9f0f80ec8116fbe56054a87d535d499e22dd31df765700d166d0",
-    "churn-compressed": "cc4a9236c4301056f303ee2cfdcbaf32031b05500b99b264cea4e949e5d6d7b8",
-    "trainer-failover": "62e0976093d3fe7b423f4167625b255fb660114008353ebdb39a029fc0997a65",
+    "smoke": "28b84abc0354a8d6515a2336b7c70ae207bc8790233bf6dc9c980a5f598afb06",
+    "adversarial": "cc8c44769144249567d43f205f4bb6f4d07cc6227f0ee000100daba28b7120ab",
+    "churn-compressed": "88ae1de1a2d0a46b37cee4e3ce044bce499c673a2e3400b9b22f167f3f3b83bb",
+    "trainer-failover": "0ee722b75c9debe9802bf8dfcf428433a3577e11d6bf3823b1a40ec897cc7f30",
     # New with issue 25: check quorums, growing steps, a colluding checker.
-    "scaling": "b0d2e70146e31f235193af6bdab456d3cb1f06ac0804399f8ac6d6cd3f6cc708",
+    "scaling": "1d1ae34aa09a6f630e3713b23c90cccad5d397c264c9b28ca86f0e7e861ca046",
 }
 
 

@@ -109,8 +109,7 @@ def beat(seq: int, now: float, interval: float, peers: int) -> StatusHeartbeat:
 
 def hearing(declared: list[int], budget: float = 0.3) -> Membership:
     m = Membership("self", MembershipConfig(status_budget=budget))
-    for i, size in enumerate(declared):  # linked: only proven peers' declared sizes are borrowed
-        m.on_connected(f"p{i:02d}", (), 100.0)
+    for i, size in enumerate(declared):
         m.on_heartbeat(100.0, f"p{i:02d}", beat(1, 100.0, 3000.0, size))
     return m
 
