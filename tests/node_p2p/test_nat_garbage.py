@@ -68,7 +68,8 @@ async def test_garbage_on_hop_stop_dcutr_and_dialback_leaves_the_relay_serving()
             assert victim.stats.penalties["relay_spoof"] >= 1
             assert victim.stats.relay["refused_stop_unsolicited"] >= 1  # nobody reserved: STOP refused
             assert victim.stats.penalties["dialback_garbage"] >= 1
-            assert victim.reachability()["relay_service"]["hop_streams"] == 0
+            # the reset streams are let go within a bound (on a loaded machine not at once)
+            await wait_until(lambda: victim.reachability()["relay_service"]["hop_streams"] == 0, 10, "hop streams let go")
             assert victim.reachability()["relay_service"]["circuits"] == 0
             # the relay still serves: a NATed host reserves and a good peer reaches it through a circuit
             await wait_until(lambda: n.reachability()["relayed_addrs"], 20, "a reservation after the garbage")
