@@ -1,0 +1,80 @@
+"""bench/soak.py's arithmetic: growth per hour of each sampled quantity, as a least-squares slope.
+
+A quantity counts as growing without bound when its slope, after a warm-up, is a large fraction of
+its level per hour; RSS and open fds must stay under `GROWTH_TARGET_PCT` (issue 28). The slope is
+taken per process lifetime (one pid): a peer killed and restarted starts a new series, and the
+restart's drop is not a "shrink" to average against the growth before it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+GROWTH_TARGET_PCT = 5.0  # per hour, of the level after warm-up, for RSS and open fds
+MIN_SEGMENT_S = 900.0  # a lifetime shorter than this after warm-up gives no slope worth reporting
+TARGET_KEYS = ("node_rss_mb", "job_rss_mb", "node_fds", "job_fds")
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of (seconds, value) points, in value per hour; None with < 3 points."""
+    if len(points) < 3:
+        return None
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    if var == 0:
+        return None
+    return sum((t - mt) * (v - mv) for t, v in points) / var * 3600.0
+
+
+def segments(samples: list[dict]) -> dict[tuple[str, int], list[dict]]:
+    """Samples grouped by (peer, pid): one series per process lifetime, in time order."""
+    out: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for s in sorted(samples, key=lambda s: s["t"]):
+        out[(s["peer"], s["pid"])].append(s)
+    return dict(out)
+
+
+def growth(samples: list[dict], warmup: float) -> dict:
+    """Per peer: for its longest lifetime after `warmup` seconds of that lifetime, each quantity's
+    level (mean), slope per hour and slope as % of the level per hour; plus the largest value any
+    lifetime reached (tables must stay under their caps, warm-up included)."""
+    report: dict[str, dict] = {}
+    for (peer, pid), series in segments(samples).items():
+        start = series[0]["t"]
+        settled = [s for s in series if s["t"] - start >= warmup]
+        span = settled[-1]["t"] - settled[0]["t"] if settled else 0.0
+        entry = report.setdefault(peer, {"lifetimes": 0, "max": {}})
+        entry["lifetimes"] += 1
+        for s in series:
+            for key, value in s["values"].items():
+                entry["max"][key] = max(entry["max"].get(key, value), value)
+        if span < entry.get("span_s", -1.0):
+            continue
+        entry.update(pid=pid, span_s=round(span, 1), growth={})
+        for key in sorted({k for s in settled for k in s["values"]}):
+            points = [(s["t"], s["values"][key]) for s in settled if key in s["values"]]
+            slope = slope_per_hour(points)
+            level = sum(v for _, v in points) / len(points) if points else 0.0
+            pct = None if slope is None or level == 0 else 100.0 * slope / abs(level)
+            entry["growth"][key] = {"level": round(level, 2), "per_hour": None if slope is None else round(slope, 3),
+                                    "pct_per_hour": None if pct is None else round(pct, 2)}
+    return report
+
+
+def verdict(report: dict) -> dict:
+    """Target check: every process lifetime long enough to judge keeps RSS and fds under the target."""
+    judged, over = [], []
+    for peer, entry in sorted(report.items()):
+        if entry.get("span_s", 0.0) < MIN_SEGMENT_S:
+            continue
+        for key in TARGET_KEYS:
+            g = entry.get("growth", {}).get(key)
+            if g is None or g["pct_per_hour"] is None:
+                continue
+            judged.append(f"{peer}.{key}")
+            if g["pct_per_hour"] > GROWTH_TARGET_PCT:
+                over.append({"what": f"{peer}.{key}", "pct_per_hour": g["pct_per_hour"], "level": g["level"]})
+    return {"target_pct_per_hour": GROWTH_TARGET_PCT, "judged": len(judged), "over": over,
+            "met": bool(judged) and not over}
