@@ -17,5 +17,6 @@ export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_O
 # loaded machine breaks, so they hold with a neighbour running.
 workers=${SWARM_TEST_WORKERS:-2}
 parallel=()
-if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile); fi
+# Files go out in the order tests/conftest.py gives them (longest first), not by test count.
+if [ "$workers" != 0 ]; then parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder); fi
 exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "${parallel[@]}" "$@"

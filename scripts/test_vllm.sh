@@ -55,8 +55,8 @@ if [ ! -f "$stamp" ]; then
 fi
 if [ "${1:-}" = --install-only ]; then exit 0; fi
 export OMP_WAIT_POLICY=PASSIVE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-# The lane fails, not skips, when vLLM does not import here.
-$V/bin/python -c "import vllm, toploc; print('test_vllm: vllm', vllm.__version__)"
+# The lane fails, not skips, when vLLM does not import here (SWARM_REQUIRE_VLLM). Its two files run
+# side by side (one engine each), as scripts/test.sh runs the main suite.
 export SWARM_REQUIRE_VLLM=1
-exec $V/bin/python -m pytest -q -p no:cacheprovider --durations=10 \
+exec $V/bin/python -m pytest -q -p no:cacheprovider --durations=10 -n 2 --dist loadfile \
     tests/trainer/test_vllm.py tests/node_jobs/test_vllm_jobrunner.py "$@"
