@@ -19,7 +19,7 @@ import re
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, StrictBool, ValidationError
+from pydantic import Field, StrictBool, ValidationError, model_validator
 
 from gossip.messages import TaskAnnouncement
 from swarm.jobs import TaskSpec
@@ -102,6 +102,14 @@ class TaskParams(Settings):
     model_hash: str | None = Field(None, pattern=r"^[0-9a-f]{48}$",
                                    description="content hash of the base model's files (trainer/hfmodel.py "
                                                "content_hash; required for hf: models)")
+
+    @model_validator(mode="after")
+    def _decay_only_lowers(self) -> "TaskParams":
+        """Refused when the task is announced, not first when a trainer's job reads it (trainer/taskconfig.py
+        also checks lr_min against its default lr)."""
+        if self.lr is not None and self.lr_min is not None and self.lr_min > self.lr:
+            raise ValueError(f"lr_min ({self.lr_min}) must not be above lr ({self.lr}): the decay only lowers it")
+        return self
 
     @property
     def takeover_s(self) -> float:

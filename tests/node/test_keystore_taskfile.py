@@ -55,6 +55,8 @@ def test_example_task_file_loads():
     ({"task": {"name": "x", "model": "m", "env": "e", "trainers": ["bob"]}}, "task.trainers\\[0\\]"),
     ({"task": {"name": "x", "model": "m", "env": "e", "params": {"colour": 1}}}, "task param colour: unknown key"),
     ({"task": {"name": "x", "model": "m", "env": "e", "params": {"lr": -1}}}, "task param lr: must be > 0, got -1"),
+    ({"task": {"name": "x", "model": "m", "env": "e", "params": {"lr": 1e-5, "lr_min": 2e-5}}},
+     "task param lr_min \\(2e-05\\) must not be above lr"),
     ({"task": {"name": "x", "model": "m", "env": "e", "params": {"group_size": "16"}}},
      "task param group_size: must be an integer, not str"),
     ({"tasks": {}}, "exactly one \\[task\\] table"),
