@@ -10,7 +10,6 @@ from __future__ import annotations
 # Reason codes. Stable strings: scripts and the TUI group by them.
 OVERSIZED = "oversized"
 MALFORMED = "malformed"
-UNKNOWN_VERSION = "unknown-version"  # no longer raised: another envelope `v` is OTHER_MAJOR
 UNKNOWN_KIND = "unknown-kind"  # a kind this release lacks, from a peer that announced nothing newer
 OTHER_MAJOR = "other-major"  # another protocol major (envelope `v`, heartbeat): refused, not penalised
 NEWER_KIND = "newer-kind"  # a kind this release lacks, from a peer that announced a newer minor: ignored

@@ -26,7 +26,6 @@ PENALTIES: dict[str, float] = {
     errors.BAD_SIGNATURE: 10.0,
     errors.SCHEMA: 10.0,
     errors.UNKNOWN_KIND: 5.0,
-    errors.UNKNOWN_VERSION: 2.0,
     errors.OTHER_MAJOR: 0.0,  # a peer of another major is refused politely (the intake meters the volume)
     errors.NEWER_KIND: 0.0,  # a newer minor's message: ignored, counted
     errors.WRONG_TOPIC: 5.0,
