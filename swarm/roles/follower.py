@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from gossip.messages import WeightManifest
 from swarm import jobs
 from swarm.forkchoice import chain_key
-from swarm.io import Emit, JobFinished, ResponseReceived
+from swarm.io import Emit, JobFinished
 
 RETRY_AFTER = 5.0
 MARGIN = 1  # versions kept beyond the window, so a slightly late commitment can still be checked
@@ -95,9 +95,6 @@ class PolicyFollower:
         """Retry after a failure (the owner's refetch timer)."""
         self.ctx, self.owner = ctx, owner
         return self._advance(now)
-
-    def on_response(self, ctx, owner, now: float, version: int, response: ResponseReceived) -> tuple[list, bool]:
-        return [], False  # weights no longer travel as one blob: kept for callers' routing
 
     def on_shards_done(self, now: float, root: bytes) -> list:
         for version, m in self.manifests.items():

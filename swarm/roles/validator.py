@@ -69,14 +69,11 @@ class ValidatorRole(Role):
         return state.queue.asked(now, request_id, signed, worker) if state else [Respond(request_id, error="not-following")]
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
-        kind, task_id, key = tag
+        _, task_id, key = tag
         state = self.tasks.get(task_id)
         if state is None:
             return []
-        if kind == "weights":
-            effects, _ = state.policy.on_response(self.ctx, self, now, key, response)
-            return effects + state.queue.start_ready(now)
-        return state.queue.on_blob(now, key, response)
+        return state.queue.on_blob(now, key, response)  # the rollout blob of a batch it was asked to check
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
         task_id, _, commitment_id = tag

@@ -109,10 +109,9 @@ class WorkerRole(Role):
         state = self.tasks.get(task_id)
         if state is None:
             return []
-        if kind == "rollouts":  # a blob we were asked to check
-            return state.checks.on_blob(now, key, response) if state.checks else []
-        effects, installed = state.policy.on_response(self.ctx, self, now, key, response)
-        return effects + (self._maybe_generate(now, state) if installed else [])
+        if kind == "rollouts" and state.checks:  # a blob we were asked to check (weights come as shards)
+            return state.checks.on_blob(now, key, response)
+        return []
 
     # ---- generation
 
