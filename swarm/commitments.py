@@ -3,7 +3,9 @@
 Two signed commitments for the same batch (the same blob, or the same worker, version and prompts)
 prove a replay by their signer: anyone holding both can check, so no verdict is needed to ban it.
 A verdict is only meaningful about a commitment we know; one about an unknown commitment is refused.
-Bounded: the oldest entries are forgotten first.
+Bounded: the oldest entries are forgotten first, and so is every commitment for a version far behind
+the task's newest (`forget_below`): a batch that old is refused as too old whatever it repeats, and
+verdicts come within a few versions, so keeping it only costs memory (a few KB each, 8,192 per task).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from gossip.messages import RolloutCommitment
+
+KEPT_VERSIONS = 64  # commitments for versions further behind the task's newest are forgotten
 
 
 @dataclass(frozen=True)
@@ -46,11 +50,23 @@ class CommitmentBook:
         self._by_blob.setdefault(c.blob_hash, commitment_id)
         self._by_claim.setdefault(self._claim(c, worker_key), commitment_id)
         while len(self._by_id) > self.capacity:
-            old_id, old = self._by_id.popitem(last=False)
-            if self._by_blob.get(old.commitment.blob_hash) == old_id:
-                del self._by_blob[old.commitment.blob_hash]
-            if self._by_claim.get(self._claim(old.commitment, old.worker_key)) == old_id:
-                del self._by_claim[self._claim(old.commitment, old.worker_key)]
+            self._forget(*next(iter(self._by_id.items())))
+
+    def forget_below(self, version: int) -> None:
+        """Forget commitments for policy versions below `version`, oldest first (they come in about in
+        version order, so this stops at the first newer one)."""
+        while self._by_id:
+            old_id, old = next(iter(self._by_id.items()))
+            if old.commitment.policy_version >= version:
+                return
+            self._forget(old_id, old)
+
+    def _forget(self, old_id: bytes, old: Seen) -> None:
+        del self._by_id[old_id]
+        if self._by_blob.get(old.commitment.blob_hash) == old_id:
+            del self._by_blob[old.commitment.blob_hash]
+        if self._by_claim.get(self._claim(old.commitment, old.worker_key)) == old_id:
+            del self._by_claim[self._claim(old.commitment, old.worker_key)]
 
     def get(self, commitment_id: bytes) -> Seen | None:
         return self._by_id.get(commitment_id)

@@ -28,7 +28,7 @@ from gossip.seen import SeenCache
 from swarm import protocols, snapshot
 from swarm.blobrefs import BlobRefs
 from swarm.commands import Commands
-from swarm.commitments import CommitmentBook
+from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBook
 from swarm.context import Pending, RoleContext
 from swarm.forkchoice import Chains
 from swarm.intake import Intake
@@ -285,6 +285,9 @@ class PeerCore:
             self.chains.of(task_id, TaskParams.of(task).takeover_s).judge_checkpoint(task, signed.message, signed.signer)
         if isinstance(signed.message, RolloutCommitment):
             self.trust.record_commitment(task_id, signed, signer)
+            chain = self.chains.tasks.get(task_id)  # its newest version, as the task's trainers signed it
+            if chain is not None and chain.max_version > COMMITTED_VERSIONS:
+                self.trust.book(task_id).forget_below(chain.max_version - COMMITTED_VERSIONS)
         if isinstance(signed.message, Verdict):
             effects += self.trust.on_verdict(now, task, signed)
         for role in self.roles:

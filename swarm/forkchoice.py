@@ -28,6 +28,10 @@ from gossip.errors import Rejected
 from gossip.messages import TaskAnnouncement, TrainerCheckpoint, WeightManifest
 
 MAX_RECORDS = 4096  # (signer, term, version) records kept for the equivocation and parent checks
+# ... and only for versions this close to the newest: a parent is one version back and a checkpoint
+# names a recent version, so older records only cost memory (bench/soak.py saw the 4,096 fill over
+# hours, a fast task's node growing all the while)
+KEPT_VERSIONS = 256
 
 
 def chain_key(term: int, rank: int) -> tuple[int, int]:
@@ -103,9 +107,10 @@ class ForkChoice:
         self.signed_term[key] = max(self.signed_term.get(key, -1), m.term)
         self.max_term = max(self.max_term, m.term)
         self.max_version = max(self.max_version, m.version)
-        while len(self.weights) > MAX_RECORDS:
+        floor = self.max_version - KEPT_VERSIONS  # records go in about in version order: drop from the front
+        while self.weights and (len(self.weights) > MAX_RECORDS or next(iter(self.weights))[2] < floor):
             del self.weights[next(iter(self.weights))]
-        while len(self.roots) > MAX_RECORDS:
+        while self.roots and (len(self.roots) > MAX_RECORDS or next(iter(self.roots))[2] < floor):
             del self.roots[next(iter(self.roots))]
 
     def own(self, now: float, term: int, rank: int, version: int) -> None:

@@ -1,0 +1,36 @@
+"""Memory a task's bookkeeping holds stays flat however many versions it trains: commitments and
+fork-choice records far behind the newest version are forgotten (bench/soak.py saw a node grow for
+hours while the count caps filled)."""
+
+from gossip.messages import RolloutCommitment
+from swarm.commitments import CommitmentBook
+from swarm.forkchoice import KEPT_VERSIONS, ForkChoice
+
+from .test_forkchoice import manifest
+
+
+def _commitment(version: int, n: int) -> RolloutCommitment:
+    return RolloutCommitment(task_id="0123456789abcdef", policy_version=version, created_at=1.0e9,
+                             blob_hash=bytes([n % 256, n // 256]) * 16, blob_size=1, prompt_indices=(n,),
+                             samples_per_prompt=4, num_tokens=1, mean_reward=0.0)
+
+
+def test_commitments_behind_the_window_are_forgotten_and_replays_within_it_still_found():
+    book = CommitmentBook()
+    for n in range(400):
+        book.add(n.to_bytes(4, "big"), _commitment(n // 2, n), "w", b"k" * 32)
+    book.forget_below(200 - 64)
+    assert len(book) == 2 * 64 and book.get((0).to_bytes(4, "big")) is None
+    recent = _commitment(199, 399)
+    assert book.replay_of(b"new", recent, b"k" * 32) == (399).to_bytes(4, "big")  # within the window: a replay
+    old = _commitment(10, 20)
+    assert book.replay_of(b"new", old, b"k" * 32) is None  # forgotten: refused as too old elsewhere
+
+
+def test_fork_choice_keeps_records_of_recent_versions_only():
+    fc = ForkChoice(takeover_after=30.0)
+    for v in range(3 * KEPT_VERSIONS):
+        fc._record(b"k" * 32, 0, manifest("0123456789abcdef", v, 0, 0), (bytes([v % 256]) * 32,))
+    newest = 3 * KEPT_VERSIONS - 1
+    assert min(k[2] for k in fc.roots) >= newest - KEPT_VERSIONS and len(fc.roots) <= KEPT_VERSIONS + 1
+    assert min(k[2] for k in fc.weights) >= newest - KEPT_VERSIONS
