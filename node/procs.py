@@ -17,7 +17,9 @@ CHILD_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": "1", "PYTHONUNBUFF
 def die_with_parent(parent_pid: int, sig: int = signal.SIGTERM) -> None:
     """Linux: get `sig` when the parent dies instead of living on as an orphan (a peer whose launcher
     was killed; a job process whose peer was killed, which otherwise wrote BrokenPipeError tracebacks
-    into a dead pipe). A parent that died before this call (ppid no longer `parent_pid`) is caught too."""
+    into a dead pipe). A parent that died before this call (ppid no longer `parent_pid`) is caught too.
+    Linux sends it when the *thread* that forked the child exits, not only the process: start children
+    from a thread that lives as long as they should (not a pool's worker thread, which retires when idle)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
     except OSError:

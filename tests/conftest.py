@@ -23,6 +23,7 @@ LONGEST_FIRST = (
     "tests/node/test_crash_restart.py",
     "tests/node/test_local_trainers.py",
     "tests/node/test_malicious.py",
+    "tests/adversarial_net/test_sybil_budgets.py",
 )
 
 

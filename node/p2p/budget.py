@@ -2,7 +2,8 @@
 
 Why per peer: with one global pool of request slots a single peer that opens streams and sends
 nothing holds every slot, and every honest peer's sync, blob and shard requests fail. Each peer gets
-``per_peer`` slots out of ``total``, so one peer can fill at most its own share.
+``per_peer`` slots out of ``total``, so one peer can fill at most its own share; and because peer ids
+are free, the peers of one source network together get at most ``per_subnet``.
 
 Why penalties live here as well as in the core: the adapter is the only layer that sees stream-level
 abuse (idle streams, oversized or truncated frames, meshsub garbage); the core only sees messages.
@@ -124,28 +125,39 @@ class PenaltyBox:
 
 
 class RequestSlots:
-    """Concurrent inbound request slots: at most ``per_peer`` for one peer, ``total`` for all peers."""
+    """Concurrent inbound request slots: at most ``per_peer`` for one peer, ``per_subnet`` for the peers of
+    one source network (subnet.py), ``total`` for all. Peer ids are free, so the per-peer share alone let
+    eight fresh ids on one host hold all 32 slots with slow requests; the network's share keeps
+    ``total - per_subnet`` slots for everyone else."""
 
-    def __init__(self, total: int, per_peer: int) -> None:
-        if total < 1 or per_peer < 1:
-            raise ValueError("request slots: total and per_peer must be >= 1")
+    def __init__(self, total: int, per_peer: int, per_subnet: int | None = None) -> None:
+        per_subnet = total if per_subnet is None else per_subnet
+        if total < 1 or per_peer < 1 or not per_peer <= per_subnet <= total:
+            raise ValueError("request slots: need 1 <= per_peer <= per_subnet <= total")
         self.total = total
         self.per_peer = per_peer
+        self.per_subnet = per_subnet
         self._held: Counter[str] = Counter()
+        self._held_by_subnet: Counter[str] = Counter()
 
     def in_use(self) -> int:
         return sum(self._held.values())
 
-    def try_acquire(self, peer: str) -> str | None:
-        """None when a slot was taken; else why not: 'peer_busy' (its share is used) or 'busy'."""
+    def try_acquire(self, peer: str, subnet: str) -> str | None:
+        """None when a slot was taken; else why not: 'peer_busy' (its share is used), 'subnet_busy' (its
+        network's is) or 'busy'. Only 'peer_busy' is the peer's own doing."""
         if self._held[peer] >= self.per_peer:
             return "peer_busy"
+        if self._held_by_subnet[subnet] >= self.per_subnet:
+            return "subnet_busy"
         if self.in_use() >= self.total:
             return "busy"
         self._held[peer] += 1
+        self._held_by_subnet[subnet] += 1
         return None
 
-    def release(self, peer: str) -> None:
-        self._held[peer] -= 1
-        if self._held[peer] <= 0:
-            del self._held[peer]
+    def release(self, peer: str, subnet: str) -> None:
+        for held, key in ((self._held, peer), (self._held_by_subnet, subnet)):
+            held[key] -= 1
+            if held[key] <= 0:
+                del held[key]

@@ -38,6 +38,7 @@ class HostConfig:
     request_handler_timeout: float = 60.0  # inbound: handler + response write
     max_inbound_requests: int = 32  # concurrent inbound request handlers across all peers
     max_inbound_requests_per_peer: int = 4  # ... and for one peer: one peer cannot take every slot
+    max_inbound_requests_per_subnet: int = 24  # ... and for the peers of one network (/24, IPv6 /48)
     # What each request really needs, so a peer cannot make us buffer up to the 64 MiB response cap
     # for a 32-byte question. The swarm's protocols (swarm/protocols.py): sync asks for at most 32
     # task ids, blob names one 32-byte hash, shard a 32-byte root and a 4-byte index. Other protocols
@@ -74,8 +75,10 @@ class HostConfig:
             raise ValueError("publish_rate must be > 0 and publish_burst >= 1")
         if not self.gossip_degree_low <= self.gossip_degree <= self.gossip_degree_high:
             raise ValueError("need gossip_degree_low <= gossip_degree <= gossip_degree_high")
-        if self.max_inbound_requests < 1 or self.max_inbound_requests_per_peer < 1:
-            raise ValueError("max_inbound_requests and max_inbound_requests_per_peer must be >= 1")
+        if not 1 <= self.max_inbound_requests_per_peer <= self.max_inbound_requests_per_subnet \
+                <= self.max_inbound_requests:
+            raise ValueError("need 1 <= max_inbound_requests_per_peer <= max_inbound_requests_per_subnet "
+                             "<= max_inbound_requests")
         if self.heartbeat_interval <= 0:
             raise ValueError("heartbeat_interval must be > 0")
 

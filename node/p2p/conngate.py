@@ -6,10 +6,14 @@ once they are gone, so sockets that never speak hold every slot until the librar
 timeout, and an attacker who keeps 300 open keeps the door shut. The rules here replace "refuse the
 newcomer" with "evict the connection that is doing least", in two stages:
 
-- **Unfinished handshakes** (``admit``): at most ``max_pending`` in all and ``max_pending_per_ip``
-  from one source address. A newcomer over either bound evicts a pending connection from the same
-  (or the busiest) address: one that has sent nothing yet first, oldest first; then one that has
-  sent bytes but is older than ``grace`` (an honest Noise+yamux handshake takes a few round trips).
+- **Unfinished handshakes** (``admit``): at most ``max_pending`` in all, ``max_pending_per_subnet``
+  from one source network (subnet.py: a /24 or an IPv6 /48) and ``max_pending_per_ip`` from one
+  address. A newcomer over a bound evicts a pending connection from the same address (or network, or
+  the busiest network): one that has sent nothing yet first, oldest first; then one that has sent
+  bytes but is older than ``grace`` (an honest Noise+yamux handshake takes a few round trips). The
+  network bound is below the total so that an attacker with many addresses of one network (40
+  loopback addresses opening 300 talking sockets a second refused half of the honest dials before
+  it) always leaves room for dialers from elsewhere.
   Only when every candidate is young and talking is the newcomer refused. Every pending connection
   also has a ``deadline``. An attacker and an honest dialer behind the same address are told apart
   by behaviour: the dialer speaks at once (multistream-select), a silent socket never does
@@ -27,6 +31,8 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+from .subnet import subnet_of
+
 # Penalty reasons the connection guard charges (budget.PENALTY_POINTS has their points).
 CONN_FLOOD = "conn_flood"  # a peer opened more inbound connections than max_conns_per_peer
 
@@ -36,6 +42,7 @@ class ConnLimits:
     handshake_timeout: float = 5.0  # Noise + yamux must finish within this, or the socket is closed
     grace: float = 1.0  # a talking handshake younger than this is not evicted for a newcomer
     max_pending: int = 64  # unfinished inbound handshakes, all sources
+    max_pending_per_subnet: int = 48  # ... from one source network (/24, IPv6 /48)
     max_pending_per_ip: int = 16  # ... from one source address
     max_conns: int = 160  # established connections, all peers (py-libp2p's own inbound cap is 250)
     reserved_known: int = 32  # of max_conns, kept for peers the node already knows
@@ -45,8 +52,8 @@ class ConnLimits:
     def __post_init__(self) -> None:
         if self.handshake_timeout <= 0 or self.grace < 0:
             raise ValueError("handshake_timeout must be > 0 and grace >= 0")
-        if not 1 <= self.max_pending_per_ip <= self.max_pending:
-            raise ValueError("need 1 <= max_pending_per_ip <= max_pending")
+        if not 1 <= self.max_pending_per_ip <= self.max_pending_per_subnet <= self.max_pending:
+            raise ValueError("need 1 <= max_pending_per_ip <= max_pending_per_subnet <= max_pending")
         if not 0 <= self.reserved_known < self.max_conns:
             raise ValueError("need 0 <= reserved_known < max_conns")
         if self.max_conns_per_ip < 1 or self.max_conns_per_peer < 1:
@@ -57,6 +64,7 @@ class ConnLimits:
 class Pending:
     ip: str
     since: float
+    subnet: str
     heard: bool = False  # the remote has sent at least one byte
 
 
@@ -90,20 +98,24 @@ class ConnGate:
 
     def admit(self, key: Hashable, ip: str, now: float) -> Admission:
         """A socket from ``ip`` was accepted: admit it, evicting a pending one if a bound is reached."""
+        net = subnet_of(ip)
         from_ip = [k for k, p in self.pending.items() if p.ip == ip]
+        from_net = [k for k, p in self.pending.items() if p.subnet == net]
         if len(from_ip) >= self.limits.max_pending_per_ip:
             candidates, reason = from_ip, "pending_per_ip"
+        elif len(from_net) >= self.limits.max_pending_per_subnet:
+            candidates, reason = from_net, "pending_per_subnet"
         elif len(self.pending) >= self.limits.max_pending:
-            busiest = Counter(p.ip for p in self.pending.values()).most_common(1)[0][0]
-            candidates, reason = [k for k, p in self.pending.items() if p.ip == busiest], "pending_full"
+            busiest = Counter(p.subnet for p in self.pending.values()).most_common(1)[0][0]
+            candidates, reason = [k for k, p in self.pending.items() if p.subnet == busiest], "pending_full"
         else:
-            self.pending[key] = Pending(ip, now)
+            self.pending[key] = Pending(ip, now, net)
             return Admission(True)
         victim = self._pick_evictee(candidates, now)
         if victim is None:
             return Admission(False, reason=reason)
         del self.pending[victim]
-        self.pending[key] = Pending(ip, now)
+        self.pending[key] = Pending(ip, now, net)
         return Admission(True, (victim,), reason)
 
     def _pick_evictee(self, keys: Iterable[Hashable], now: float) -> Hashable | None:

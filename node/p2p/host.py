@@ -52,7 +52,8 @@ class Host:
         self._self_id = parts.host.get_id()
         self._validator: ValidatorFn | None = None
         self._bucket = TokenBucket(config.publish_rate, config.publish_burst)
-        self._slots = RequestSlots(config.max_inbound_requests, config.max_inbound_requests_per_peer)
+        self._slots = RequestSlots(config.max_inbound_requests, config.max_inbound_requests_per_peer,
+                                   config.max_inbound_requests_per_subnet)
         self.penalties = parts.penalties
         self.penalties.on_block(self._drop_blocked)
         self._slow_peers: set[ID] = set()  # full send queue outlasted send_queue_wait; see publish()

@@ -21,6 +21,7 @@ from .budget import PenaltyBox, RequestSlots
 from .framing import FrameError, read_frame, read_payload, read_uvarint, write_frame
 from .guard import StreamHandler, reset_quietly
 from .stats import HostStats
+from .subnet import subnet_of
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,16 @@ class Reply:
 
 
 RequestHandlerFn = Callable[[str, bytes], Awaitable["bytes | Reply"]]
+
+
+def source_network(stream: INetStream, peer: str) -> str:
+    """The network the stream's connection comes from (subnet.py); a connection without an IP address
+    (none in practice) is its peer's own."""
+    try:
+        addr = stream.muxed_conn.get_remote_address()
+    except Exception:  # noqa: BLE001 - any transport without an address
+        addr = None
+    return subnet_of(str(addr[0])) if addr else f"peer:{peer}"
 
 # FrameError reasons seen by the requester, mapped to RequestError reasons.
 _RESPONSE_REASONS = {"eof": "reset", "truncated": "truncated", "too_large": "too_large", "bad_varint": "malformed"}
@@ -64,9 +75,11 @@ def make_request_handler(
             stats.requests_failed["blocked"] += 1
             await reset_quietly(stream)
             return
-        refused = slots.try_acquire(peer)
+        subnet = source_network(stream, peer)
+        refused = slots.try_acquire(peer, subnet)
         if refused is not None:
-            # Refuse instead of queueing: a flood of requests must not pile up memory or tasks.
+            # Refuse instead of queueing: a flood of requests must not pile up memory or tasks. Only a
+            # peer over its own share is charged: a busy network may hold honest peers behind one NAT.
             stats.requests_failed[refused] += 1
             if refused == "peer_busy":
                 penalties.charge(peer, "request_flood")
@@ -75,7 +88,7 @@ def make_request_handler(
         try:
             await _serve(stream, peer)
         finally:
-            slots.release(peer)
+            slots.release(peer, subnet)
 
     async def _read_request(stream: INetStream, peer: str) -> bytes | None:
         reason = None

@@ -45,10 +45,11 @@ async def status(data_dir: Path) -> dict:
 
 
 async def start_node(tmp_path: Path) -> tuple[object, str, Path]:
+    """Started from the event loop's own thread, blocking it for the node's start-up: start_peer's
+    child dies with the thread that started it, and trio retires an idle worker thread after 10 s."""
     data_dir = tmp_path / "victim"
-    proc, addr = await trio.to_thread.run_sync(
-        lambda: start_peer(["--bootstrap", "--data-dir", str(data_dir), "--heartbeat-interval", "0.5"],
-                           data_dir / "log"))
+    proc, addr = start_peer(["--bootstrap", "--data-dir", str(data_dir), "--heartbeat-interval", "0.5"],
+                            data_dir / "log")
     return proc, addr, data_dir
 
 

@@ -76,11 +76,10 @@ async def test_garbage_on_every_protocol_then_still_serving(tmp_path):
     victim_dir, good_dir = tmp_path / "victim", tmp_path / "good"
     procs = []
     try:
-        victim, addr = await trio.to_thread.run_sync(
-            lambda: start_peer(["--bootstrap", "--data-dir", str(victim_dir), *FAST], victim_dir / "log"))
+        # Not from a worker thread: start_peer's child dies with the thread that started it.
+        victim, addr = start_peer(["--bootstrap", "--data-dir", str(victim_dir), *FAST], victim_dir / "log")
         procs.append(victim)
-        good, _ = await trio.to_thread.run_sync(
-            lambda: start_peer(["--join", addr, "--data-dir", str(good_dir), *FAST], good_dir / "log"))
+        good, _ = start_peer(["--join", addr, "--data-dir", str(good_dir), *FAST], good_dir / "log")
         procs.append(good)
         victim_id = addr.rsplit("/", 1)[1]
         await raw_tcp_garbage(int(addr.split("/")[4]))

@@ -3,7 +3,8 @@
 The rules are where the lockout was won or lost, so each is pinned here: silent handshakes are evicted
 before talking ones, young talking ones are never evicted for a newcomer, a flood from one address
 cannot evict another address's handshakes while that address is under its own bound, reserved slots
-are only for known peers, and trimming never picks a protected connection.
+are only for known peers, and trimming never picks a protected connection. A flood from many addresses
+of one network is held to that network's bound, so a dialer from another network still gets in.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from node.p2p.conngate import CONN_FLOOD, Conn, ConnGate, pick_trim
 
 from .helpers import open_hosts, wait_until
 
-LIMITS = ConnLimits(handshake_timeout=5.0, grace=1.0, max_pending=6, max_pending_per_ip=3, max_conns=10,
+LIMITS = ConnLimits(handshake_timeout=5.0, grace=1.0, max_pending=6, max_pending_per_subnet=4, max_pending_per_ip=3,
+                    max_conns=10,
                     reserved_known=4, max_conns_per_ip=5, max_conns_per_peer=2)
 
 
@@ -51,6 +53,31 @@ def test_total_bound_evicts_from_the_busiest_address():
     result = gate.admit(("d", 0), "d", now=5.0)
     assert result.admitted and result.evict == (("flood", 0),) and result.reason == "pending_full"
     assert all(("b", i) in gate.pending for i in range(2))
+
+
+def test_many_addresses_of_one_network_leave_room_for_another_network():
+    gate = ConnGate(LIMITS)
+    for i in range(4):  # four addresses of 10.0.0.0/24, one talking handshake each
+        assert gate.admit(("flood", i), f"10.0.0.{i}", now=10.0).admitted
+        gate.heard(("flood", i))
+    refused = gate.admit(("flood", 4), "10.0.0.4", now=10.2)  # a fifth address, same network: held
+    assert not refused.admitted and refused.reason == "pending_per_subnet"
+    honest = gate.admit(("honest", 0), "10.0.1.1", now=10.3)  # another network: room, nothing evicted
+    assert honest.admitted and honest.evict == ()
+    later = gate.admit(("flood", 5), "10.0.0.5", now=11.5)  # past grace: the network's own oldest goes
+    assert later.admitted and later.evict == (("flood", 0),) and later.reason == "pending_per_subnet"
+    assert ("honest", 0) in gate.pending
+
+
+def test_total_bound_evicts_from_the_busiest_network_not_the_busiest_address():
+    gate = ConnGate(LIMITS)
+    for i in range(3):  # one pending each from three addresses of one network
+        gate.admit(("spread", i), f"192.0.2.{i + 1}", now=float(i))
+    for i in range(2):  # two from one address of another network
+        gate.admit(("pair", i), "198.51.100.7", now=float(i))
+    gate.admit(("one", 0), "203.0.113.9", now=0.0)
+    result = gate.admit(("new", 0), "2001:db8::1", now=5.0)
+    assert result.admitted and result.evict == (("spread", 0),) and result.reason == "pending_full"
 
 
 def test_deadline_and_done():
