@@ -107,6 +107,7 @@ def _host_config(cfg: NodeConfig, seed: bytes) -> HostConfig:
     mb = 1 << 20
     limits = RelayLimits(max_reservations=cfg.relay_max_reservations,
                          max_reservations_per_ip=min(4, cfg.relay_max_reservations),
+                         max_reservations_per_subnet=min(16, cfg.relay_max_reservations),
                          max_circuits=cfg.relay_max_circuits,
                          max_circuits_per_peer=min(4, cfg.relay_max_circuits),
                          circuit_seconds=cfg.relay_circuit_seconds, circuit_bytes=int(cfg.relay_circuit_mb * mb),

@@ -20,7 +20,8 @@ newcomer" with "evict the connection that is doing least", in two stages:
   (connguard marks a socket ``heard`` once it is readable, before libp2p's handshake reads it).
 - **Established connections** (``check_established``), once the peer id is known: ``max_conns``
   in all, of which ``reserved_known`` are only for peers the node already knows (the gossip mesh,
-  its address book, peers it dialed), ``max_conns_per_ip`` from one address for unknown peers, and
+  its address book, peers it dialed), ``max_conns_per_ip`` from one address and
+  ``max_conns_per_subnet`` from one network for unknown peers, and
   ``max_conns_per_peer`` inbound connections of one peer. A known peer that finds the table full
   makes room by trimming an unprotected connection (``pick_trim``): never a mesh, task or known peer.
 """
@@ -47,6 +48,7 @@ class ConnLimits:
     max_conns: int = 160  # established connections, all peers (py-libp2p's own inbound cap is 250)
     reserved_known: int = 32  # of max_conns, kept for peers the node already knows
     max_conns_per_ip: int = 64  # established connections of unknown peers from one address
+    max_conns_per_subnet: int = 96  # ... from one network: fresh ids on many addresses leave room for others
     max_conns_per_peer: int = 2  # inbound connections of one peer (a simultaneous dial makes two)
 
     def __post_init__(self) -> None:
@@ -56,8 +58,8 @@ class ConnLimits:
             raise ValueError("need 1 <= max_pending_per_ip <= max_pending_per_subnet <= max_pending")
         if not 0 <= self.reserved_known < self.max_conns:
             raise ValueError("need 0 <= reserved_known < max_conns")
-        if self.max_conns_per_ip < 1 or self.max_conns_per_peer < 1:
-            raise ValueError("max_conns_per_ip and max_conns_per_peer must be >= 1")
+        if not 1 <= self.max_conns_per_ip <= self.max_conns_per_subnet or self.max_conns_per_peer < 1:
+            raise ValueError("need 1 <= max_conns_per_ip <= max_conns_per_subnet and max_conns_per_peer >= 1")
 
 
 @dataclass
@@ -134,7 +136,8 @@ class ConnGate:
         """The handshake finished (or the socket closed): forget it. True if it was pending."""
         return self.pending.pop(key, None) is not None
 
-    def check_established(self, *, known: bool, total: int, from_ip: int, of_peer: int) -> str | None:
+    def check_established(self, *, known: bool, total: int, from_ip: int, of_peer: int,
+                          from_subnet: int = 0) -> str | None:
         """None to keep a just-established inbound connection, else why not. Counts include it.
 
         'full' for a known peer means: make room with pick_trim, refuse only if nothing can go."""
@@ -145,6 +148,8 @@ class ConnGate:
             return "full" if total > limits.max_conns else None
         if from_ip > limits.max_conns_per_ip:
             return "ip_full"
+        if from_subnet > limits.max_conns_per_subnet:
+            return "subnet_full"
         return "full" if total > limits.max_conns - limits.reserved_known else None
 
 

@@ -35,6 +35,7 @@ from .budget import PenaltyBox
 from .conngate import CONN_FLOOD, Conn, ConnGate, ConnLimits, pick_trim
 from .events import ConnectionNotifee
 from .stats import HostStats
+from .subnet import subnet_of
 
 logger = logging.getLogger(__name__)
 
@@ -152,9 +153,11 @@ class ConnGuard(ConnectionNotifee):
         peer = str(conn.muxed_conn.peer_id)
         known = self._safe_known(peer)
         inbound = [c for c in network.get_connections() if getattr(c, "direction", None) == Direction.INBOUND]
+        ips = [(remote_key(c.muxed_conn) or ("",))[0] for c in inbound]
+        net = subnet_of(key[0])
         verdict = self.gate.check_established(
             known=known, total=len(network.get_connections()),
-            from_ip=sum(1 for c in inbound if (remote_key(c.muxed_conn) or ("",))[0] == key[0]),
+            from_ip=ips.count(key[0]), from_subnet=sum(1 for ip in ips if ip and subnet_of(ip) == net),
             of_peer=sum(1 for c in inbound if c.muxed_conn.peer_id == conn.muxed_conn.peer_id))
         if verdict is None:
             return

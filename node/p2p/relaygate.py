@@ -24,11 +24,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .subnet import subnet_of
+
 
 @dataclass(frozen=True)
 class RelayLimits:
     max_reservations: int = 32  # reservations held at once, all peers
     max_reservations_per_ip: int = 4  # ... from one source address (peers behind one NAT share it)
+    max_reservations_per_subnet: int = 16  # ... from one network (/24, IPv6 /48): many addresses, one owner
     reservation_ttl: int = 900  # seconds a reservation lasts; clients refresh it before then
     min_reserve_interval: float = 5.0  # seconds between two RESERVE of one peer (refreshes included)
     max_circuits: int = 64  # circuits open at once through this relay
@@ -40,8 +43,8 @@ class RelayLimits:
     hop_read_timeout: float = 5.0  # a hop stream must deliver its message within this
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_reservations_per_ip <= self.max_reservations:
-            raise ValueError("need 1 <= max_reservations_per_ip <= max_reservations")
+        if not 1 <= self.max_reservations_per_ip <= self.max_reservations_per_subnet <= self.max_reservations:
+            raise ValueError("need 1 <= max_reservations_per_ip <= max_reservations_per_subnet <= max_reservations")
         if not 1 <= self.max_circuits_per_peer <= self.max_circuits:
             raise ValueError("need 1 <= max_circuits_per_peer <= max_circuits")
         if min(self.reservation_ttl, self.circuit_seconds, self.circuit_bytes, self.reservation_bytes,
@@ -103,6 +106,9 @@ class RelayGate:
                 return "reservations_full"
             if sum(1 for s in self.slots.values() if s.ip == ip) >= self.limits.max_reservations_per_ip:
                 return "reservations_per_ip"
+            net = subnet_of(ip)
+            if sum(1 for s in self.slots.values() if subnet_of(s.ip) == net) >= self.limits.max_reservations_per_subnet:
+                return "reservations_per_subnet"
         return None
 
     def reserved(self, peer: str, ip: str, now: float) -> None:

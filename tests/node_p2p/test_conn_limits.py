@@ -18,7 +18,7 @@ from node.p2p.conngate import CONN_FLOOD, Conn, ConnGate, pick_trim
 from .helpers import open_hosts, wait_until
 
 LIMITS = ConnLimits(handshake_timeout=5.0, grace=1.0, max_pending=6, max_pending_per_subnet=4, max_pending_per_ip=3,
-                    max_conns=10,
+                    max_conns=10, max_conns_per_subnet=6,
                     reserved_known=4, max_conns_per_ip=5, max_conns_per_peer=2)
 
 
@@ -96,6 +96,8 @@ def test_reserved_slots_are_for_known_peers_only():
     assert check(known=True, total=10, from_ip=9, of_peer=1) is None  # known: per-address bound ignored
     assert check(known=True, total=11, from_ip=1, of_peer=1) == "full"  # the caller trims for it
     assert check(known=False, total=3, from_ip=6, of_peer=1) == "ip_full"
+    assert check(known=False, total=3, from_ip=2, from_subnet=7, of_peer=1) == "subnet_full"  # many addresses
+    assert check(known=True, total=3, from_ip=2, from_subnet=7, of_peer=1) is None  # known: not counted
     assert check(known=True, total=3, from_ip=1, of_peer=3) == CONN_FLOOD
 
 

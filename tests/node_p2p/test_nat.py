@@ -64,7 +64,8 @@ async def test_reachability_public_and_private_with_evidence():
 
 
 async def test_relay_refuses_beyond_limits_and_keeps_existing_circuits():
-    limits = RelayLimits(max_reservations=1, max_reservations_per_ip=1, max_circuits=4, max_circuits_per_peer=1,
+    limits = RelayLimits(max_reservations=1, max_reservations_per_ip=1, max_reservations_per_subnet=1, max_circuits=4,
+                         max_circuits_per_peer=1,
                          min_reserve_interval=0.0)
     with trio.fail_after(60):
         async with open_host(config("relay", relay_service=True, relay_limits=limits)) as relay, \

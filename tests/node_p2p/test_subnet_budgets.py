@@ -1,12 +1,13 @@
 """Budgets by source network (node/p2p/subnet.py), without sockets: fresh peer ids on one network share
-that network's request slots, a peer over its own share is told apart from a busy network, and the
-network of an address is what the docs say it is."""
+that network's request slots and relay reservations, a peer over its own share is told apart from a
+busy network, and the network of an address is what the docs say it is."""
 
 from __future__ import annotations
 
 import pytest
 
 from node.p2p.budget import RequestSlots
+from node.p2p.relaygate import RelayGate, RelayLimits
 from node.p2p.subnet import subnet_of
 
 
@@ -49,3 +50,16 @@ def test_shares_must_nest():
         RequestSlots(total=8, per_peer=4, per_subnet=3)
     with pytest.raises(ValueError):
         RequestSlots(total=8, per_peer=2, per_subnet=9)
+
+
+def test_relay_reservations_from_many_addresses_of_one_network_leave_room():
+    gate = RelayGate(RelayLimits(max_reservations=8, max_reservations_per_ip=2, max_reservations_per_subnet=4,
+                                 min_reserve_interval=0.0))
+    answers = []
+    for i in range(6):  # six fresh ids on six addresses of one /24
+        answers.append(gate.admit_reservation(f"sybil-{i}", f"198.51.100.{i + 1}", now=0.0))
+        if answers[-1] is None:
+            gate.reserved(f"sybil-{i}", f"198.51.100.{i + 1}", now=0.0)
+    assert answers == [None] * 4 + ["reservations_per_subnet"] * 2
+    assert gate.admit_reservation("natted", "203.0.113.5", now=1.0) is None  # another network still gets one
+    assert gate.admit_reservation("sybil-0", "198.51.100.1", now=1.0) is None  # a refresh is not a new slot
