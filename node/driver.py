@@ -80,7 +80,7 @@ class CoreDriver:
 
     def validate(self, topic: str, data: bytes, forwarder: str) -> bool:
         """The gossipsub validator: the core decides, and acts on what it accepts, in one call."""
-        for effect in self.feed(MessageReceived(topic, data, forwarder)):
+        for effect in self.feed(MessageReceived(topic, data, forwarder, self.host.network_of(forwarder))):
             if isinstance(effect, MessageVerdict):
                 return effect.accepted
         return False

@@ -14,6 +14,9 @@ Two rate limits, because a key costs nothing to make: per signer (`sender_rate`)
 on messages whose signer we have no record of (`fresh_signer_rate`). Honest gossip brings new signers
 at the rate peers join the swarm, spread over every neighbour; a flood of keys minted one per message
 all arrive through the spammer's own link, so it is throttled there and pays the penalty itself.
+Forwarder ids are free too, so the same budget also holds for all forwarders of one source network
+(`MessageReceived.from_net`, where the runtime knows it); that refusal is `capacity`, unpenalised,
+since honest peers may share a network with the spammer.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Intake:
         self.seen = seen
         self.buckets = TokenBuckets(config.sender_rate, config.sender_burst)
         self.fresh = TokenBuckets(config.fresh_signer_rate, config.fresh_signer_burst)  # keyed by forwarder
+        self.fresh_by_net = TokenBuckets(config.fresh_signer_rate, config.fresh_signer_burst)  # by its network
         self.stats = stats
         self.penalise = penalise
         # One count per message and verdict, as the host counts its validator's answers (status shows both).
@@ -87,9 +91,13 @@ class Intake:
                 # py-libp2p validates concurrent copies of one message before marking it seen, so an
                 # honest forwarder can trip this now and then: it costs little, a replayer pays in bulk.
                 raise Rejected(errors.DUPLICATE, f"{signed.kind} {signed.msg_id.hex()[:16]} seen before")
-            if ledger.get(signer) is None and not self.fresh.take(forwarder, now):
-                raise Rejected(errors.RATE_LIMITED, f"{forwarder} relays over {self.config.fresh_signer_rate:g} "
-                                                    "new signers/s")
+            if ledger.get(signer) is None:
+                if not self.fresh.take(forwarder, now):
+                    raise Rejected(errors.RATE_LIMITED, f"{forwarder} relays over "
+                                                        f"{self.config.fresh_signer_rate:g} new signers/s")
+                if inp.from_net and not self.fresh_by_net.take(inp.from_net, now):
+                    raise Rejected(errors.CAPACITY, f"the peers of {inp.from_net} relay over "
+                                                    f"{self.config.fresh_signer_rate:g} new signers/s")
             blame = signer
             if not self.buckets.take(signer, now):
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")

@@ -22,11 +22,14 @@ class Started:
 
 @dataclass(frozen=True)
 class MessageReceived:
-    """A gossip message on `topic`, delivered to us by `from_peer` (the forwarder, not the signer)."""
+    """A gossip message on `topic`, delivered to us by `from_peer` (the forwarder, not the signer), whose
+    connection comes from the source network `from_net` (a /24 or IPv6 /48 as CIDR text; "" where the
+    runtime cannot tell, as in the simulator: the forwarder is then its own network)."""
 
     topic: str
     data: bytes
     from_peer: str
+    from_net: str = ""
 
 
 @dataclass(frozen=True)

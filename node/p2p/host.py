@@ -30,6 +30,7 @@ from .nat import Nat, open_nat
 from .ratelimit import TokenBucket
 from .reqresp import RequestHandlerFn, make_request_handler, send_request
 from .stats import HostStats
+from .subnet import subnet_of
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,16 @@ class Host:
             return bool(self._host.get_network().get_connections(ID.from_base58(peer_id)))
         except Exception:
             return False
+
+    def network_of(self, peer_id: str) -> str:
+        """The source network (subnet.py) of our first connection to the peer; "" when not connected.
+        A relayed peer's is its relay's: what is costly to fake there is the relay's address."""
+        try:
+            conns = self._host.get_network().get_connections(ID.from_base58(peer_id))
+            addr = conns[0].muxed_conn.get_remote_address() if conns else None
+        except Exception:  # noqa: BLE001 - a connection without an address (none in practice)
+            return ""
+        return subnet_of(str(addr[0])) if addr else ""
 
     def relayed_only(self, peer_id: str) -> bool:
         """True when every connection to the peer goes through a relay."""

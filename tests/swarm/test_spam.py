@@ -10,7 +10,7 @@ from gossip import topics
 from gossip.envelope import seal
 from gossip.identity import Identity
 from gossip.messages import Probe
-from swarm.io import Ban, MessageVerdict
+from swarm.io import Ban, MessageReceived, MessageVerdict
 from tests.samples import T0
 from tests.swarm.harness import star_net
 
@@ -81,6 +81,31 @@ def test_fresh_key_flood_is_throttled_at_its_forwarder():
     assert "rate-limited" in victim.ledger.get(attacker.peer_id).ban_reason
     assert not victim.is_banned(relay.peer_id)
     print(f"fresh-key flood: {accepted}/3867 accepted, {throttled} throttled, forwarder banned after {banned_at:.2f}s")
+
+
+def test_fresh_keys_through_many_forwarder_ids_of_one_network_share_its_budget():
+    """Forwarder ids are free too: ten of them on one network, each under its own new-signer rate, get
+    the network's budget together, refused `capacity` (no penalty: an honest peer may share the
+    network); a forwarder on another network is untouched, and so is a runtime that cannot tell."""
+    net, (victim, relay, _attacker) = star_net(3)
+    forwarders = [Identity(b"sybil-fwd-%02d" % f + bytes(20)).peer_id for f in range(10)]
+    cfg = victim.config
+    accepted = refused = 0
+    for i in range(3000):  # 100 new signers/s for 30 s, 10/s through each id: under its own 20/s
+        net.now = T0 + i / 100
+        wire = probe(Identity(i.to_bytes(32, "big")), i, net.now)
+        v = verdict(net.deliver(victim.peer_id, MessageReceived(topics.PROBE, wire, forwarders[i % 10],
+                                                                "198.51.100.0/24")))
+        accepted += v.accepted
+        refused += v.reason == "capacity"
+        if i % 100 == 0:
+            other = probe(Identity((10**6 + i).to_bytes(32, "big")), i, net.now)
+            assert verdict(net.deliver(victim.peer_id, MessageReceived(topics.PROBE, other, relay.peer_id,
+                                                                       "203.0.113.0/24"))).accepted
+    assert accepted <= cfg.fresh_signer_burst + cfg.fresh_signer_rate * 30 + 1, accepted
+    assert refused >= 3000 - accepted - 1 and refused > 1500
+    assert not any(victim.is_banned(f) for f in forwarders)
+    assert all(victim.ledger.score(f) >= 0 for f in forwarders)
 
 
 def test_reputation_table_stays_bounded_under_a_key_per_message_flood():
