@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from node import control
-from node.procs import start_peer, stop_processes
+from node.procs import stop_processes
 from node.records import read_records
-from tests.node.helpers import wait_for
+from tests.node.helpers import start_trainer_with_workers, wait_for
 
 pytestmark = pytest.mark.slow
-FAST = ["--heartbeat-interval", "0.5", "--gone-after", "4"]
 TASK = {"task": {"name": "digit-sort-cheat", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
                  "async_level": 2, "lifetime_hours": 1, "trainers": ["self"], "validators": [],
                  "params": {"group_size": 8, "prompts_per_commit": 2, "prompts_per_step": 4, "warmup_steps": 10,
@@ -24,18 +23,11 @@ TASK = {"task": {"name": "digit-sort-cheat", "model": "builtin:digit-sort-tiny",
 
 
 def test_fabricating_worker_is_banned_by_everyone_and_never_trained_on(tmp_path):
-    trainer, honest, cheater = dirs = [tmp_path / name for name in ("trainer", "honest", "cheater")]
+    trainer, honest, cheater = (tmp_path / name for name in ("trainer", "honest", "cheater"))
     procs = []
     try:
-        proc, boot = start_peer(["--bootstrap", "--data-dir", str(trainer), "--roles", "trainer", *FAST],
-                                trainer / "node.log")
-        procs.append(proc)
-        for d, extra in ((honest, []), (cheater, ["--malicious", "fabricated-tokens"])):
-            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--roles", "worker", *FAST, *extra],
-                                 d / "node.log")
-            procs.append(proc)
-        ids = {d: control.call(d, "status")["peer_id"] for d in dirs}
-        wait_for(lambda: len(control.call(trainer, "status")["alive"]) == 2, 30, "both workers to join")
+        ids = start_trainer_with_workers(procs, trainer, [(honest, [], None),
+                                                          (cheater, ["--malicious", "fabricated-tokens"], None)])
         control.call(trainer, "announce-task", {"task": TASK})
 
         def settled():

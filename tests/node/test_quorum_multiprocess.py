@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 
 from node import control
-from node.procs import start_peer, stop_processes
+from node.procs import stop_processes
 from node.records import read_records
-from tests.node.helpers import wait_for
+from tests.node.helpers import start_trainer_with_workers, wait_for
 
 pytestmark = pytest.mark.slow
-FAST = ["--heartbeat-interval", "0.5", "--gone-after", "4"]
 TASK = {"task": {"name": "digit-sort-quorum", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
                  "async_level": 4, "lifetime_hours": 1, "trainers": ["self"], "validators": [],
                  "params": {"group_size": 8, "prompts_per_commit": 2, "prompts_per_step": 4, "warmup_steps": 10,
@@ -22,18 +21,11 @@ TASK = {"task": {"name": "digit-sort-quorum", "model": "builtin:digit-sort-tiny"
 
 
 def test_workers_check_each_other_for_the_trainer_and_a_cheater_is_caught(tmp_path):
-    trainer, a, b, cheater = dirs = [tmp_path / name for name in ("trainer", "a", "b", "cheater")]
+    trainer, a, b, cheater = (tmp_path / name for name in ("trainer", "a", "b", "cheater"))
     procs = []
     try:
-        proc, boot = start_peer(["--bootstrap", "--data-dir", str(trainer), "--roles", "trainer", *FAST],
-                                trainer / "node.log")
-        procs.append(proc)
-        for d, extra in ((a, []), (b, []), (cheater, ["--malicious", "other-model"])):
-            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--roles", "worker", *FAST, *extra],
-                                 d / "node.log")
-            procs.append(proc)
-        ids = {d: control.call(d, "status")["peer_id"] for d in dirs}
-        wait_for(lambda: len(control.call(trainer, "status")["alive"]) == 3, 30, "the workers to join")
+        ids = start_trainer_with_workers(procs, trainer, [(a, [], None), (b, [], None),
+                                                          (cheater, ["--malicious", "other-model"], None)])
         control.call(trainer, "announce-task", {"task": TASK})
 
         def by_quorum() -> int:

@@ -10,13 +10,12 @@ import pytest
 
 from gossip.release import UPTIME, UPTIME_TOPIC
 from node import control
-from node.procs import start_peer, stop_processes
+from node.procs import stop_processes
 from node.records import read_records
 from node.config import RELEASE_ENV
-from tests.node.helpers import wait_for
+from tests.node.helpers import start_trainer_with_workers, wait_for
 
 pytestmark = pytest.mark.slow
-FAST = ["--heartbeat-interval", "0.5", "--gone-after", "4"]
 TASK = {"task": {"name": "digit-sort-upgrade", "model": "builtin:digit-sort-tiny", "env": "digit-sort",
                  "async_level": 4, "lifetime_hours": 1, "trainers": ["self"], "validators": [],
                  "params": {"group_size": 8, "prompts_per_commit": 2, "prompts_per_step": 4, "warmup_steps": 0,
@@ -29,15 +28,8 @@ def test_old_and_new_releases_train_together(tmp_path):
     nxt = {RELEASE_ENV: "next"}
     procs = []
     try:
-        proc, boot = start_peer(["--bootstrap", "--data-dir", str(trainer), "--roles", "trainer", *FAST],
-                                trainer / "node.log", env=nxt)
-        procs.append(proc)
-        for d, env in ((new, nxt), (old, {RELEASE_ENV: "current"})):
-            proc, _ = start_peer(["--join", boot, "--data-dir", str(d), "--roles", "worker", *FAST], d / "node.log",
-                                 env=env)
-            procs.append(proc)
-        ids = {d: control.call(d, "status")["peer_id"] for d in dirs}
-        wait_for(lambda: len(control.call(trainer, "status")["alive"]) == 2, 30, "the workers to join")
+        ids = start_trainer_with_workers(procs, trainer, [(new, [], nxt), (old, [], {RELEASE_ENV: "current"})],
+                                         trainer_env=nxt)
         control.call(trainer, "announce-task", {"task": TASK})
 
         def both_trained():
