@@ -1,7 +1,8 @@
 """Gossip delivery on a 6-process localhost swarm: 1 KB messages at 10 and 100 msg/s.
 
-Prints JSON: per rate, the delivery ratio (deliveries / (messages x other peers)) and p50/p99
-latency (sender's timestamp to acceptance by the receiver's core, all on one clock); the 100 msg/s
+Prints JSON: per rate, the delivery ratio (deliveries / (messages x other peers)), p50/p99 latency
+(sender's timestamp to acceptance by the receiver's core, all on one clock) and each node's CPU
+milliseconds per message it accepted (its own publishes and forwarding included); the 100 msg/s
 figures are also given as ratios to the 10 msg/s baseline measured in the same run.
 
     .venv/bin/python bench/gossip_latency.py [--peers 6] [--seconds 10]
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from node import control  # noqa: E402
 from node.procs import start_peer, stop_processes  # noqa: E402
+from node.shardbench import cpu_seconds  # noqa: E402
 from swarm.stats import percentile  # noqa: E402
 
 
@@ -27,8 +29,9 @@ def delivered(dirs) -> list[int]:
     return [control.call(d, "status")["gossip"]["delivered"].get("probe", 0) for d in dirs]
 
 
-def run_rate(dirs, rate: float, seconds: float) -> dict:
+def run_rate(dirs, pids, rate: float, seconds: float) -> dict:
     before = delivered(dirs)
+    cpu_before = [cpu_seconds(pid) for pid in pids]
     sent = 0
     start = time.monotonic()
     while time.monotonic() - start < seconds:
@@ -38,7 +41,9 @@ def run_rate(dirs, rate: float, seconds: float) -> dict:
         sent += 1
     actual_rate = sent / (time.monotonic() - start)
     time.sleep(2.0)  # let stragglers arrive
+    wall = time.monotonic() - start
     after = delivered(dirs)
+    cpu = [cpu_seconds(pid) - b for pid, b in zip(pids, cpu_before)]
     samples = []
     for d, b, a in zip(dirs, before, after):
         new = a - b
@@ -46,7 +51,10 @@ def run_rate(dirs, rate: float, seconds: float) -> dict:
     expected = sent * (len(dirs) - 1)
     return {"rate_target": rate, "rate_actual": round(actual_rate, 1), "messages": sent,
             "delivery_ratio": round(sum(after) - sum(before), 0) / expected if expected else None,
-            "p50_ms": round(percentile(samples, 50) * 1000, 2), "p99_ms": round(percentile(samples, 99) * 1000, 2)}
+            "p50_ms": round(percentile(samples, 50) * 1000, 2), "p99_ms": round(percentile(samples, 99) * 1000, 2),
+            "cpu_ms_per_delivered": [round(1000 * c / (a - b), 3) if a > b else None
+                                     for c, a, b in zip(cpu, after, before)],
+            "cpu_s_per_s": round(sum(cpu) / wall, 3)}
 
 
 def main() -> int:
@@ -68,8 +76,9 @@ def main() -> int:
                 raise SystemExit("peers did not all meet within 60 s")
             time.sleep(0.5)
         time.sleep(2)  # gossipsub meshes settle over a couple of heartbeats
-        slow = run_rate(dirs, 10, args.seconds)
-        fast = run_rate(dirs, 100, args.seconds)
+        pids = [p.pid for p in procs]
+        slow = run_rate(dirs, pids, 10, args.seconds)
+        fast = run_rate(dirs, pids, 100, args.seconds)
     finally:
         stop_processes(procs)
     print(json.dumps({

@@ -157,7 +157,8 @@ def localhost(size_mb: float, counts: list[int], upload_mbps: float | None = Non
                 rows[n]["loadavg"] = [round(x, 2) for x in os.getloadavg()]
             base = rows[counts[0]]["reach_all_s"]
             out[mode] = {str(n): {"reach_all_s": r["reach_all_s"], "ratio_to_single": round(r["reach_all_s"] / base, 3),
-                                  "pieces_served_by_peers": r["pieces_served_by_peers"], "loadavg_after": r["loadavg"]}
+                                  "pieces_served_by_peers": r["pieces_served_by_peers"], "loadavg_after": r["loadavg"],
+                                  "cpu_s_per_mb_moved": r["cpu_s_per_mb_moved"], "cpu_per_peer": r["cpu_per_peer"]}
                          for n, r in rows.items()}
     if upload_mbps:
         out["single_transfer_bound_s"] = round(size_mb * 8 / upload_mbps, 2)

@@ -14,6 +14,10 @@ only, serve nothing): the single-origin baseline. Every process is stopped by PI
 measures the aggregate Noise + yamux throughput of the CPU; with uplinks whose sum the cores can
 carry, it measures the protocol, as the simulator's per-peer links do.
 
+Each peer's node CPU seconds while the version spreads are reported beside the MB it served and
+fetched (`cpu_per_peer`, `cpu_s_per_mb_moved`): on a 2-core machine the exchange is CPU-bound, and
+this says where.
+
 `launcher` places the processes elsewhere: netlab/shardbench.py starts each one in its own network
 namespace with kernel-shaped links (bench/weights.py --netlab).
 """
@@ -26,6 +30,8 @@ import shutil
 import time
 from pathlib import Path
 from typing import Any, Protocol
+
+import psutil
 
 from node.control import ControlError, call
 from node.procs import start_peer, stop_processes
@@ -65,6 +71,29 @@ class LocalLauncher:
 
     def call(self, data_dir: Path, cmd: str, args: dict | None = None) -> Any:
         return call(data_dir, cmd, args)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0.0 once it is gone)."""
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return times.user + times.system
+
+
+def cpu_per_mb(cpu: dict[str, float], served_pieces: dict[str, int], fetched_mb: dict[str, float],
+               piece_size: int) -> dict[str, dict]:
+    """Per peer: CPU seconds spent while the version spread, MB it served and fetched, and CPU seconds
+    per MB moved (served + fetched): where the exchange's cost per byte goes, peer by peer."""
+    out = {}
+    for name, seconds in cpu.items():
+        served = served_pieces.get(name, 0) * piece_size / 1e6
+        fetched = fetched_mb.get(name, 0.0)
+        moved = served + fetched
+        out[name] = {"cpu_s": round(seconds, 3), "served_mb": round(served, 2), "fetched_mb": round(fetched, 2),
+                     "cpu_s_per_mb": round(seconds / moved, 4) if moved else None}
+    return out
 
 
 def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout: float = 300.0,
@@ -115,6 +144,8 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
                     "raw_size": size, "compressed_size": size, "shard_hashes": [h.hex() for h in hashes],
                     "piece_size": piece_size, "piece_hashes": [h.hex() for h in pieces],
                     "tensors": [], "created_at": 0.0}
+        names = ["seed", *(d.name for d in dirs)]
+        cpu_before = {name: cpu_seconds(proc.pid) for name, proc in zip(names, procs)}
         t0 = time.time()
         launcher.call(seed_dir, "publish-version", {"manifest": manifest})
 
@@ -126,15 +157,21 @@ def run_localhost(peers: int, size_mb: float, mode: str, workdir: Path, timeout:
                     out[d.name] = done[0]["ts"] - t0
             return out if len(out) == peers else None
         times = _wait("every peer to hold the version", finished, timeout, every=0.25)
+        cpu = {name: cpu_seconds(proc.pid) - cpu_before[name] for name, proc in zip(names, procs)}
         for d in dirs:  # nothing unverified on disk: every stored shard hashes to its name
             for f in (d / "shards").iterdir():
                 if not f.name.startswith("."):
                     assert blake2b256(f.read_bytes()).hex() == f.name, f"{f} does not match its name"
         served = {d.name: launcher.call(d, "status")["host"]["driver"].get("pieces-served", 0)
                   for d in [seed_dir, *dirs]}
+        per_peer_cpu = cpu_per_mb(cpu, served, {d.name: size / 1e6 for d in dirs}, piece_size)
         by_seed = served.pop("seed")
+        moved = sum(v["served_mb"] + v["fetched_mb"] for v in per_peer_cpu.values())
         return {"mode": mode, "peers": peers, "size_mb": size_mb, "shards": len(shards), "pieces": len(pieces),
                 "upload_mbps": upload_mbps,
+                # every byte counts twice: where it was served and where it was fetched
+                "cpu_s_per_mb_moved": round(sum(cpu.values()) / moved, 4) if moved else None,
+                "cpu_per_peer": per_peer_cpu,
                 "reach_all_s": round(max(times.values()), 3), "per_peer_s": {k: round(v, 3) for k, v in sorted(times.items())},
                 "pieces_served_by_peers": sum(served.values()), "pieces_served_by_seed": by_seed,
                 "pieces_served_per_peer": served}
