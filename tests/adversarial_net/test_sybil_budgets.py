@@ -99,7 +99,7 @@ async def test_fresh_ids_of_one_network_cannot_starve_honest_requests(tmp_path):
         print(f"attack 3: honest sync answers {answered}/{asked} during 15 s of 10 sybil ids x 4 slow "
               f"streams ({opened} opened); refused subnet_busy {failed.get('subnet_busy', 0)}, "
               f"peer_busy {failed.get('peer_busy', 0)}, busy {failed.get('busy', 0)}")
-        assert asked >= 30 and answered >= 0.95 * asked, failures[:5]
+        assert asked >= 15 and answered >= 0.95 * asked, failures[:5]
         assert failed.get("subnet_busy", 0) > 0, failed  # the network's share is what held them
     finally:
         stop_processes([proc])
