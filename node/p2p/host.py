@@ -23,6 +23,7 @@ from multiaddr import Multiaddr
 from .autorelay import RelayRefused, dial_via_relay
 from .build import Parts, build
 from .config import DialError, HostConfig, MessageTooLarge, RequestError
+from .connguard import remote_key
 from .events import PeerEventFn, PeerEvents
 from .budget import RequestSlots
 from .guard import guard_all_handlers, guard_stream_handler
@@ -146,10 +147,10 @@ class Host:
         A relayed peer's is its relay's: what is costly to fake there is the relay's address."""
         try:
             conns = self._host.get_network().get_connections(ID.from_base58(peer_id))
-            addr = conns[0].muxed_conn.get_remote_address() if conns else None
-        except Exception:  # noqa: BLE001 - a connection without an address (none in practice)
+        except Exception:  # noqa: BLE001 - not a peer id
             return ""
-        return subnet_of(str(addr[0])) if addr else ""
+        key = remote_key(conns[0].muxed_conn) if conns else None
+        return subnet_of(key[0]) if key else ""
 
     def relayed_only(self, peer_id: str) -> bool:
         """True when every connection to the peer goes through a relay."""

@@ -18,6 +18,7 @@ from libp2p.peer.id import ID
 
 from .config import HostConfig, RequestError
 from .budget import PenaltyBox, RequestSlots
+from .connguard import remote_key
 from .framing import FrameError, read_frame, read_payload, read_uvarint, write_frame
 from .guard import StreamHandler, reset_quietly
 from .stats import HostStats
@@ -42,11 +43,8 @@ RequestHandlerFn = Callable[[str, bytes], Awaitable["bytes | Reply"]]
 def source_network(stream: INetStream, peer: str) -> str:
     """The network the stream's connection comes from (subnet.py); a connection without an IP address
     (none in practice) is its peer's own."""
-    try:
-        addr = stream.muxed_conn.get_remote_address()
-    except Exception:  # noqa: BLE001 - any transport without an address
-        addr = None
-    return subnet_of(str(addr[0])) if addr else f"peer:{peer}"
+    key = remote_key(stream.muxed_conn)
+    return subnet_of(key[0]) if key else f"peer:{peer}"
 
 # FrameError reasons seen by the requester, mapped to RequestError reasons.
 _RESPONSE_REASONS = {"eof": "reset", "truncated": "truncated", "too_large": "too_large", "bad_varint": "malformed"}
