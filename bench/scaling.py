@@ -85,6 +85,9 @@ def run_one(workers: int, args) -> dict:
     if args.real:
         row["reward_first"], row["reward_last"] = tr["reward_first"], tr["reward_last"]
         row["time_to_reward"] = time_to(tp["reward_curve"], args.reward_target)
+        # from version 0 on: the model build before it (init) takes as long whatever the swarm's size
+        row["training_time_to_reward"] = (round(row["time_to_reward"] - tp["since"], 3)
+                                          if row["time_to_reward"] is not None and tp["since"] is not None else None)
         row["reward_curve"] = tp["reward_curve"]
     return row
 

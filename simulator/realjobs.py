@@ -122,9 +122,7 @@ class RealRoleExecutor:
             return JobOutcome(duration, False, error=f"{self.kind}: {type(exc).__name__}: {exc}"[:200])
         blobs, shards, honest = (), (), None
         if self.kind == jobs.TRAIN:  # a bigger step takes longer, as in the cost model (simulator/rolejobs.py)
-            params = TaskParams.from_params(job.task.params)
-            prompts = float(dict(result.stats).get("completions", 0.0)) / params.group_size
-            duration *= max(1.0, prompts / params.prompts_per_step)
+            duration *= train_scale(job, result)
         if self.kind in (jobs.INIT, jobs.TRAIN, jobs.UNPACK):
             # the job's wall-clock timings (warmup_s, train_s, ...) would make the trace differ run to run
             result = replace(result, stats={k: v for k, v in result.stats.items() if not k.endswith(WALL_SUFFIX)})
@@ -162,3 +160,13 @@ def _link(source: Path, target: Path) -> None:
         pass
     except OSError:
         write_atomic(target, Path(source).read_bytes())
+
+
+def train_scale(job: jobs.TrainJob, result: jobs.VersionResult) -> float:
+    """How much longer than the cost model's step on `prompts_per_step` prompts this step takes. The
+    GRPO step computes only on completions with an advantage (trainer/train_batch.py drops the groups
+    whose samples all scored the same: DAPO's dynamic sampling), so a step costs the prompts' worth of
+    completions it used, never less than the base step (packing and publishing a version are paid anyway)."""
+    params = TaskParams.from_params(job.task.params)
+    used = float(dict(result.stats).get("completions_used", 0.0)) / params.group_size
+    return max(1.0, used / params.prompts_per_step)
