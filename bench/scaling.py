@@ -28,54 +28,41 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from simulator import compose  # noqa: E402
 from simulator.rolejobs import DEFAULTS  # noqa: E402
 from simulator.run import run_scenario  # noqa: E402
-from simulator.scenario import loads  # noqa: E402
+from simulator.scenario import Scenario  # noqa: E402
 from swarm import jobs  # noqa: E402
 
 GENERATE, VERIFY = DEFAULTS[jobs.GENERATE][0], DEFAULTS[jobs.VERIFY][0]
 CHECKER_LOAD = 0.9  # validators per worker: enough that checking never waits
 
 
-def scenario_text(workers: int, minutes: float, checkers: str, cheaters: bool, real: bool, seed: int,
-                  max_step: int, async_level: int, spot: float) -> str:
+def scenario(workers: int, minutes: float, checkers: str, cheaters: bool, real: bool, seed: int,
+             max_step: int, async_level: int, spot: float) -> Scenario:
     validators = math.ceil(workers * VERIFY / GENERATE / CHECKER_LOAD) if checkers == "validators" else 0
-    quorum = 0 if checkers == "trainer" else 1
-    groups = [("trainer", 1, "trainer", "", "churn = false\nup_mbps = 1000\ndown_mbps = 1000\n"),
-              ("worker", workers, "worker", "", "up_mbps = 50\ndown_mbps = 100\n")]
+    peers = [compose.trainer(), compose.workers(workers)]
     if validators:
-        groups.append(("validator", validators, "validator", "", "up_mbps = 200\ndown_mbps = 200\n"))
+        peers.append(compose.validators(validators))
     if cheaters:
-        groups += [("other-model", 1, "worker", "other-model", "join_at = 60\n"),
-                   ("rubber-stamp", 1, "worker", "rubber-stamp", "")]
-    text = [f'name = "scaling-{workers}"\nduration = {minutes * 60:g}\nseed = {seed}\nsettle = 60\n'
-            'checks = ["honest-not-banned", "versions-forward", "bad-training-bounded"]\n']
-    for name, count, role, adversary, extra in groups:
-        text.append(f'[[peers]]\nname = "{name}"\ncount = {count}\nroles = ["{role}"]\n'
-                    + (f'adversary = "{adversary}"\n' if adversary else "") + extra)
-    params = {"group_size": 16, "prompts_per_step": 16, "prompts_per_commit": 8, "check_quorum": quorum,
+        peers += [compose.group("other-model", role="worker", adversary="other-model", join_at=60),
+                  compose.group("rubber-stamp", role="worker", adversary="rubber-stamp")]
+    params = {**(compose.LEARNING if real else compose.STEP), "check_quorum": 0 if checkers == "trainer" else 1,
               "spot_check": spot, "peer_checks": checkers == "peers", "max_prompts_per_step": max_step}
-    if real:
-        params.update(lr=3e-5, clip_low=0.2, clip_high=0.28, minibatches=2, temperature=1.0, max_new_tokens=10)
-    table = ", ".join(f"{k} = {json.dumps(v)}" for k, v in params.items())
-    names = '"validator"' if validators else ""
-    text.append(f'[[tasks]]\nat = 5\nby = "trainer"\nasync_level = {async_level}\nvalidators = [{names}]\n'
-                f'params = {{ {table} }}\n')
-    if real:  # the learning scenario's virtual durations, with the same ratios
-        text.append('[jobs.init]\nmode = "real"\nseconds = 20\n[jobs.generate]\nmode = "real"\nseconds = 1.0\n'
-                    'jitter = 0.2\n[jobs.train]\nmode = "real"\nseconds = 0.6\njitter = 0.1\n[jobs.verify]\n'
-                    'mode = "real"\nseconds = 0.37\njitter = 0.2\n[jobs.unpack]\nmode = "real"\nseconds = 0.1\n')
-    return "\n".join(text)
+    task = compose.task(async_level=async_level, validators=["validator"] if validators else [], params=params)
+    return compose.scenario(f"scaling-{workers}", duration=minutes * 60, seed=seed, settle=60,
+                            checks=["honest-not-banned", "versions-forward", "bad-training-bounded"],
+                            peers=peers, tasks=[task], jobs=compose.real_jobs() if real else {})
 
 
 def run_one(workers: int, args) -> dict:
     # real jobs cost CPU for every simulated batch: a bigger swarm runs a third of the time at least,
     # which is enough to see whether it reaches the reward target in a quarter of 1 worker's time
     minutes = args.minutes * max(1 / 3, 1 / workers) if args.real else args.minutes
-    text = scenario_text(workers, minutes, args.checkers, args.cheaters, args.real, args.seed,
-                         args.max_step, args.async_level, args.spot_check)
+    s = scenario(workers, minutes, args.checkers, args.cheaters, args.real, args.seed, args.max_step,
+                 args.async_level, args.spot_check)
     started = time.monotonic()
-    result = run_scenario(loads(text, f"<scaling-{workers}>"), **({"workdir": args.workdir} if args.real else {}))
+    result = run_scenario(s, **({"workdir": args.workdir} if args.real else {}))
     m = result.metrics
     tp, tr = m["throughput"], m["training"]
     row = {"workers": workers, "ok": result.ok, "failed": result.failed,

@@ -35,67 +35,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from simulator.run import prepare  # noqa: E402
-from simulator.scenario import loads  # noqa: E402
+from simulator import compose  # noqa: E402
+from simulator.scenario import Scenario  # noqa: E402
 from simulator.trace import Trace  # noqa: E402
 
 # the built-in task's params (node/examples/digit-sort.toml), as learning.toml runs them
-PARAMS = ("group_size = 16, prompts_per_step = 16, prompts_per_commit = 8, lr = 3e-5, lr_decay_start = 500, "
-          "lr_decay_steps = 1000, lr_min = 1.2e-5, clip_low = 0.2, clip_high = 0.28, minibatches = 2, "
-          "temperature = 1.0, max_new_tokens = 10")
+PARAMS = {**compose.LEARNING, "lr_decay_start": 500, "lr_decay_steps": 1000, "lr_min": 1.2e-5}
 
 
-def scenario_text(name: str, seed: int, duration: float, trainers: int, train_s: float, gen_s: float,
-                  verify_s: float) -> str:
-    params = PARAMS + (", standby_checks = true, republish_interval = 5.0" if trainers > 1 else "")
-    return f"""
-name = "{name}"
-duration = {duration}
-seed = {seed}
-settle = 0
-checks = []
-
-[[peers]]
-name = "trainer"
-count = {trainers}
-roles = ["trainer"]
-up_mbps = 1000
-down_mbps = 1000
-churn = false
-
-[[peers]]
-name = "worker"
-count = 3
-roles = ["worker"]
-up_mbps = 50
-down_mbps = 100
-join_spread = 10
-churn = false
-
-[[tasks]]
-at = 5
-by = "trainer"
-trainers = {trainers}
-params = {{ {params} }}
-
-[jobs.init]
-mode = "real"
-seconds = 20
-[jobs.generate]
-mode = "real"
-seconds = {gen_s}
-jitter = 0.2
-[jobs.train]
-mode = "real"
-seconds = {train_s}
-jitter = 0.1
-[jobs.verify]
-mode = "real"
-seconds = {verify_s}
-jitter = 0.2
-[jobs.unpack]
-mode = "real"
-seconds = 0.1
-"""
+def scenario(name: str, seed: int, duration: float, trainers: int, train_s: float, gen_s: float,
+             verify_s: float) -> Scenario:
+    params = {**PARAMS, **({"standby_checks": True, "republish_interval": 5.0} if trainers > 1 else {})}
+    return compose.scenario(name, duration=duration, seed=seed, settle=0,
+                            peers=[compose.trainer(trainers), compose.workers(3, join_spread=10, churn=False)],
+                            tasks=[compose.task(trainers=trainers, params=params)],
+                            jobs=compose.real_jobs(generate=gen_s, train=train_s, verify=verify_s))
 
 
 def slope(xs: list[float], ys: list[float]) -> float | None:
@@ -124,7 +78,7 @@ def run_variant(variant: str, seed: int, duration: float, train_s: float, gen_s:
                 slow_train: float, stop_at: int | None = None) -> dict:
     trainers = 2 if variant == "standby" else 1
     t_train = slow_train if variant == "slowtrain" else train_s
-    text = scenario_text(f"staleness-{variant}", seed, duration, trainers, t_train, gen_s, verify_s)
+    s = scenario(f"staleness-{variant}", seed, duration, trainers, t_train, gen_s, verify_s)
     trace = Trace()
     published, trained, dropped = [], [], {}
     trace.observe("emit.version-published",
@@ -134,7 +88,7 @@ def run_variant(variant: str, seed: int, duration: float, train_s: float, gen_s:
     trace.observe("emit.rollout-dropped",
                   lambda t, peer, k, f: dropped.__setitem__(f["reason"], dropped.get(f["reason"], 0) + 1))
     wall, cpu = time.perf_counter(), time.process_time()
-    sim, _ = prepare(loads(text, f"<staleness-{variant}>"), trace)
+    sim, _ = prepare(s, trace)
     t = 0.0
     while t < duration and (stop_at is None or not published or max(v for _, _, v, *_ in published) < stop_at):
         t = min(duration, t + 5.0)

@@ -325,6 +325,12 @@ def loads(text: str, source: str = "<string>") -> Scenario:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source}: not valid TOML: {exc}") from None
+    return from_data(data)
+
+
+def from_data(data: dict) -> Scenario:
+    """A scenario from the dict a TOML file parses to (tests and benches build one in code:
+    simulator/compose.py), checked as a file is."""
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:

@@ -4,48 +4,25 @@ contradict. Cost-model jobs, a few simulated minutes each."""
 
 import pytest
 
+from simulator import compose
 from simulator.run import run_scenario
-from simulator.scenario import loads
-
-HEAD = """
-name = "{name}"
-duration = {duration}
-seed = {seed}
-settle = 60
-checks = ["honest-not-banned", "versions-forward", "{bad_check}"]
-
-[[peers]]
-name = "trainer"
-count = 1
-roles = ["trainer"]
-up_mbps = 1000
-down_mbps = 1000
-churn = false
-
-[[peers]]
-name = "worker"
-count = {workers}
-roles = ["worker"]
-up_mbps = 50
-down_mbps = 100
-"""
 
 
-def scenario(name, *, workers=6, validators=0, quorum=1, spot=0.1, peer_checks=True, extra="", duration=600,
+def scenario(name, *, workers=6, validators=0, quorum=1, spot=0.1, peer_checks=True, extra=(), duration=600,
              seed=1, bad_check="no-bad-training", max_step=64, trusted=("validator",)):
-    text = HEAD.format(name=name, duration=duration, seed=seed, workers=workers, bad_check=bad_check)
+    peers = [compose.trainer(), compose.workers(workers)]
     if validators:
-        text += f'\n[[peers]]\nname = "validator"\ncount = {validators}\nroles = ["validator"]\n'
-    text += extra
-    names = ", ".join(f'"{g}"' for g in trusted) if validators else ""
-    text += (f'\n[[tasks]]\nat = 5\nby = "trainer"\nasync_level = 4\nvalidators = [{names}]\n'
-             f'params = {{ group_size = 16, prompts_per_step = 16, prompts_per_commit = 8, check_quorum = {quorum}, '
-             f'spot_check = {spot}, peer_checks = {str(peer_checks).lower()}, max_prompts_per_step = {max_step} }}\n')
-    return loads(text, f"<{name}>")
+        peers.append(compose.group("validator", validators))
+    params = {**compose.STEP, "check_quorum": quorum, "spot_check": spot, "peer_checks": peer_checks,
+              "max_prompts_per_step": max_step}
+    task = compose.task(async_level=4, validators=list(trusted) if validators else [], params=params)
+    return compose.scenario(name, duration=duration, seed=seed, settle=60,
+                            checks=["honest-not-banned", "versions-forward", bad_check],
+                            peers=peers + list(extra), tasks=[task])
 
 
 def adversary(name, kind, role="worker", join_at=0):
-    return f'\n[[peers]]\nname = "{name}"\ncount = 1\nroles = ["{role}"]\nadversary = "{kind}"\njoin_at = {join_at}\n'
+    return compose.group(name, 1, role, adversary=kind, join_at=join_at)
 
 
 def trainer_figures(result):
@@ -83,7 +60,7 @@ def test_a_colluding_checker_gets_few_bad_batches_trained_and_every_one_is_count
     """other-model cheats; rubber-stamp passes whatever it is asked. With spot_check 1.0 nothing bad is
     trained; with 0.1 the figure is counted per cheater and stays within the bound docs/security.md
     derives (bad-training-bounded). The cheater is banned either way."""
-    cheats = adversary("other-model", "other-model", join_at=60) + adversary("rubber-stamp", "rubber-stamp")
+    cheats = [adversary("other-model", "other-model", join_at=60), adversary("rubber-stamp", "rubber-stamp")]
     strict = run_scenario(scenario("collusion-strict", spot=1.0, extra=cheats, workers=4))
     assert strict.ok, strict.failed
     loose = run_scenario(scenario("collusion", spot=0.1, extra=cheats, workers=4, bad_check="bad-training-bounded"))
@@ -104,7 +81,7 @@ def test_a_checker_failing_honest_batches_is_banned_by_the_trainer(spot):
     bans = []
     trace.observe("emit.peer-banned", lambda t, peer, k, f: bans.append((peer, f["peer"], f["reason"])))
     s = scenario(f"liar-{spot}", spot=spot, validators=1, peer_checks=False, duration=500,
-                 extra=adversary("liar", "lying-validator", role="validator"), trusted=("validator", "liar"))
+                 extra=[adversary("liar", "lying-validator", role="validator")], trusted=("validator", "liar"))
     sim, _ = prepare(s, trace)
     sim.loop.run(500.0)
     liar = sim.nodes[-1].peer_id

@@ -9,64 +9,25 @@ from collections import Counter
 
 import pytest
 
-from simulator import rolejobs
+from simulator import compose, rolejobs
 from simulator.run import run_scenario
-from simulator.scenario import loads
 
-HEAD = """
-name = "{name}"
-duration = {duration}
-seed = {seed}
-settle = 40
-checks = ["tasks-learned", "honest-not-banned", "versions-forward", "no-bad-training"{extra_checks}]
-
-[[peers]]
-name = "trainer"
-count = 1
-roles = ["trainer"]
-up_mbps = 1000
-down_mbps = 1000
-churn = false
-
-[[peers]]
-name = "validator"
-count = 1
-roles = ["validator"]
-up_mbps = 200
-down_mbps = 200
-
-[[peers]]
-name = "worker"
-count = {workers}
-roles = ["worker"]
-up_mbps = 50
-down_mbps = 100
-"""
-
-TASK = """
-[[tasks]]
-at = 10
-by = "trainer"
-validators = [{validators}]
-
-[jobs.generate]
-seconds = 10
-[jobs.train]
-seconds = 15
-[jobs.verify]
-seconds = 1
-"""
+CHECKS = ["tasks-learned", "honest-not-banned", "versions-forward", "no-bad-training"]
+JOBS = {"generate": {"seconds": 10}, "train": {"seconds": 15}, "verify": {"seconds": 1}}
 
 
-def scenario(name="roles", duration=300, seed=1, workers=4, adversaries="", validators='"validator"',
-             extra_checks=()):
-    checks = "".join(f', "{c}"' for c in extra_checks)
-    text = HEAD.format(name=name, duration=duration, seed=seed, workers=workers, extra_checks=checks)
-    return loads(text + adversaries + TASK.format(validators=validators), f"<{name}>")
+def scenario(name="roles", duration=300, seed=1, workers=4, adversaries=(), validators=("validator",),
+             extra_checks=(), first=(), worker_fields=None, **fields):
+    """A trainer, a validator, `workers` workers and `adversaries`, after the groups `first`."""
+    peers = [*first, compose.trainer(), compose.validators(), compose.workers(workers, **(worker_fields or {})),
+             *adversaries]
+    return compose.scenario(name, duration=duration, seed=seed, settle=40, checks=CHECKS + list(extra_checks),
+                            peers=peers, tasks=[compose.task(at=10, validators=list(validators))], jobs=JOBS,
+                            **fields)
 
 
 def adversary(name, kind, role="worker", count=1):
-    return f'\n[[peers]]\nname = "{name}"\ncount = {count}\nroles = ["{role}"]\nadversary = "{kind}"\n'
+    return compose.group(name, count, role, adversary=kind)
 
 
 def run(s, tmp_path):
@@ -103,7 +64,7 @@ def test_roles_train_and_versions_reach_every_follower(tmp_path):
                                                ("inflated-reward", "inflated-rewards", "reward"),
                                                ("cherry-pick", "cherry-picked-prompts", "assignment")])
 def test_rollout_cheat_is_caught_with_its_reason_and_never_trained_on(tmp_path, kind, alias, reason):
-    s = scenario(name=kind, adversaries=adversary("cheat", alias), extra_checks=("adversaries-banned",))
+    s = scenario(name=kind, adversaries=[adversary("cheat", alias)], extra_checks=("adversaries-banned",))
     r, records = run(s, tmp_path)
     assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
     cheat = ids_of(records, "cheat")
@@ -124,8 +85,9 @@ def test_rollout_cheat_is_caught_with_its_reason_and_never_trained_on(tmp_path, 
 
 
 def test_lying_validator_loses_trust_and_honest_workers_stay(tmp_path):
-    s = scenario(name="liar", workers=4, adversaries=adversary("liar", "lying-validator", role="validator")
-                 + adversary("cheat", "other-model"), validators='"validator", "liar"',
+    s = scenario(name="liar", workers=4, adversaries=[adversary("liar", "lying-validator", role="validator"),
+                                                   adversary("cheat", "other-model")],
+                 validators=("validator", "liar"),
                  extra_checks=("adversaries-banned",))
     r, records = run(s, tmp_path)
     assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
@@ -145,7 +107,7 @@ def test_lying_validator_loses_trust_and_honest_workers_stay(tmp_path):
 def test_shard_adversaries_are_blamed_and_versions_still_spread(tmp_path, kind, blame):
     # They follow the weights as (untrusted) validators: their rollouts, had they made any as workers,
     # would be honest, yet no-bad-training counts every adversary's rollouts as bad.
-    s = scenario(name=kind, workers=3, adversaries=adversary("bad", kind, role="validator", count=2))
+    s = scenario(name=kind, workers=3, adversaries=[adversary("bad", kind, role="validator", count=2)])
     r, records = run(s, tmp_path)
     assert r.ok, (r.failed, {n: c.violations[:3] for n, c in r.checks.items() if not c.ok})
     bad = ids_of(records, "bad")
@@ -164,7 +126,7 @@ def test_no_bad_training_fails_when_a_forged_rollout_is_trained(tmp_path, monkey
     """The checker is not vacuous: with a blind check (every batch passes) the trainer trains on a
     cheater's rollouts, and no-bad-training must fail naming it."""
     monkeypatch.setattr(rolejobs, "check", lambda batch, job, store: "ok")
-    s = scenario(name="blind", workers=2, adversaries=adversary("cheat", "inflated-reward", count=2))
+    s = scenario(name="blind", workers=2, adversaries=[adversary("cheat", "inflated-reward", count=2)])
     r, records = run(s, tmp_path)
     check = r.checks["no-bad-training"]
     assert not check.ok and "no-bad-training" in r.failed
@@ -174,10 +136,10 @@ def test_no_bad_training_fails_when_a_forged_rollout_is_trained(tmp_path, monkey
 
 
 def test_role_runs_are_deterministic(tmp_path):
-    s = scenario(name="det", duration=200, adversaries=adversary("cheat", "cherry-pick"))
+    s = scenario(name="det", duration=200, adversaries=[adversary("cheat", "cherry-pick")])
     a = run_scenario(s)
     b = run_scenario(s)
-    c = run_scenario(scenario(name="det", duration=200, seed=2, adversaries=adversary("cheat", "cherry-pick")))
+    c = run_scenario(scenario(name="det", duration=200, seed=2, adversaries=[adversary("cheat", "cherry-pick")]))
     assert a.trace_hash == b.trace_hash != c.trace_hash
     assert a.metrics["training"]["rollouts_trained"] > 0
 
@@ -185,9 +147,9 @@ def test_role_runs_are_deterministic(tmp_path):
 def test_scenario_refuses_a_cheat_without_its_role():
     from simulator.scenario import ScenarioError
     with pytest.raises(ScenarioError, match="needs the 'worker' role"):
-        scenario(adversaries='\n[[peers]]\nname = "x"\ncount = 1\nadversary = "other-model"\n')
+        scenario(adversaries=[{"name": "x", "count": 1, "adversary": "other-model"}])
     with pytest.raises(ScenarioError, match="validators: 'nobody' is not a peer group"):
-        scenario(validators='"nobody"')
+        scenario(validators=("nobody",))
 
 
 def test_restarted_trainer_resumes_from_its_last_version():
@@ -213,12 +175,9 @@ def test_restarted_trainer_resumes_from_its_last_version():
 def sparse(name="sparse", relays=40):
     """The roles joining after `relays` relays, each peer joining through one peer and keeping 2 links:
     followers are rarely linked to a holder."""
-    text = HEAD.format(name=name, duration=150, seed=3, workers=3, extra_checks="")
-    head, groups = text.split("[[peers]]", 1)
-    relay = f'[[peers]]\nname = "relay"\ncount = {relays}\nroles = ["relay"]\nchurn = false\n\n'
-    extra = '\n[network]\nbootstrap = 1\n\n[core.membership]\ntarget_connections = 2\n'
-    groups = groups.replace("\ndown_mbps = 100\n", "\ndown_mbps = 100\njoin_spread = 5\n")  # workers after relays
-    return loads(head + relay + "[[peers]]" + groups + extra + TASK.format(validators='"validator"'), f"<{name}>")
+    return scenario(name=name, duration=150, seed=3, workers=3, first=[compose.group("relay", relays, churn=False)],
+                    worker_fields={"join_spread": 5}, network={"bootstrap": 1},  # workers after the relays
+                    core={"membership": {"target_connections": 2}})
 
 
 def test_followers_dial_a_holder_when_no_link_holds_their_version(tmp_path):
