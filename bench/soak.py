@@ -10,13 +10,14 @@ again `--down` seconds later on its own data dir and port, joining through every
 
 Every `--sample-every` seconds, per peer: RSS and open fds of the node process and of its job
 process (psutil), the sizes of its tables from its status answer (peers, alive, connections,
-tasks, versions, reputation entries, bans, downloads), and the bytes of its data dir (blobs, shards,
-records, logs). Samples go to `<base-dir>/samples.jsonl` as they are taken. The report
-(bench/soak_report.py): per peer and per quantity, the least-squares slope per hour over that
-process lifetime after `--warmup` seconds of it, and as a % of its level; the target (issue 28) is
-RSS and fd growth under 5% per hour for every lifetime judged, every table bounded (the largest
-value seen is reported beside the cap the code holds it to). Also: versions trained, takeovers,
-bans (an honest swarm: there should be none), restarts.
+tasks, versions, reputation entries, bans, downloads), the bytes of its data dir (blobs, shards,
+records, logs), and for a trainer its phase (active or standby). Samples go to
+`<base-dir>/samples.jsonl` as they are taken. The report (bench/soak_report.py): per peer and per
+quantity, the least-squares slope per hour over that process lifetime (and phase: a standby's
+takeover starts a new series) after `--warmup` seconds of it, and as a % of its level; the target
+(issue 28) is RSS and fd growth under 5% per hour for every lifetime judged, every table bounded (the
+largest value seen is reported beside the cap the code holds it to). Also: versions trained,
+takeovers, bans (an honest swarm: there should be none), restarts.
 
     python bench/soak.py --minutes 60 --out bench/results/DATE-soak-COMMIT.json
 """
@@ -194,8 +195,23 @@ def _sample(p: Peer, t: float) -> dict | None:
         values["host_connected"] = len(snap["host"].get("connected", []))
     for name, size in _dir_sizes(p.dir).items():
         values[f"{name}_mb"] = size / 2**20
-    return {"t": round(t, 1), "peer": p.name, "role": p.role, "pid": p.proc.pid,
-            "values": {k: round(v, 3) for k, v in values.items()}}
+    sample = {"t": round(t, 1), "peer": p.name, "role": p.role, "pid": p.proc.pid,
+              "values": {k: round(v, 3) for k, v in values.items()}}
+    phase = _trainer_state(snap)
+    if phase:
+        sample["phase"] = phase
+    return sample
+
+
+def _trainer_state(snap: dict) -> str | None:
+    """'active' or 'standby' for a task's trainer (status `tasks[].trainer_chain.self.state`), else None.
+    A standby that takes over starts training in its job process: a new phase of the process, whose
+    memory steps up once and is judged from there (bench/soak_report.py)."""
+    for task in snap.get("tasks") or ():
+        state = ((task.get("trainer_chain") or {}).get("self") or {}).get("state") if isinstance(task, dict) else None
+        if state:
+            return state
+    return None
 
 
 def _dir_sizes(data_dir: Path) -> dict[str, int]:

@@ -40,3 +40,20 @@ def test_a_restart_starts_a_new_series_and_the_warmup_is_left_out():
 def test_nothing_judged_is_not_a_pass():
     short = _series("peer4", 5, lambda t: {"node_rss_mb": 100.0}, n=5)
     assert not verdict(growth(short, warmup=0))["met"]
+
+
+def test_a_takeover_starts_a_new_series_with_its_own_warmup():
+    # a standby's job process steps up once when it takes over and starts training: judged per phase,
+    # that step is neither growth of the standby phase nor of the active one
+    def values(t):
+        return {"job_rss_mb": 500.0 if t < 1800 else 900.0, "node_rss_mb": 110.0}
+    samples = _series("peer1", 7, values, n=60)
+    for s in samples:
+        s["phase"] = "standby" if s["t"] < 1800 else "active"
+    entry = growth(samples, warmup=300)["peer1"]
+    assert entry["lifetimes"] == 1 and entry["series"] == 2
+    assert entry["growth"]["job_rss_mb"]["pct_per_hour"] == 0 and entry["max"]["job_rss_mb"] == 900.0
+    assert verdict(growth(samples, warmup=300))["met"]
+    for s in samples:  # the same samples read as one series: the step is a leak
+        del s["phase"]
+    assert not verdict(growth(samples, warmup=300))["met"]
