@@ -22,7 +22,7 @@ from swarm.commitments import CommitmentBook
 from swarm.io import Ban, Emit
 
 VALIDATOR_QUORUM = 2  # distinct trusted validators whose failed verdicts ban a worker without a trainer's
-OPINIONS_KEPT = 8192  # commitments whose trusted verdicts we remember
+OPINIONS_KEPT = 8192  # commitments whose trusted verdicts we remember, at most (per task)
 
 
 class Trust:
@@ -32,7 +32,10 @@ class Trust:
         self.trains = trains  # the peer runs the trainer role
         self.ledger = ledger
         self.commitments: dict[str, CommitmentBook] = {}
-        self._opinions: OrderedDict[bytes, dict[bytes, tuple[bool, str]]] = OrderedDict()  # commitment -> verdicts
+        # task -> commitment -> trusted verdicts, least recently added to first. Kept only while the
+        # commitment book knows the commitment (a verdict about one it forgot is refused before it gets
+        # here), so this follows the book's window of versions rather than filling up to the cap.
+        self._opinions: dict[str, OrderedDict[bytes, dict[bytes, tuple[bool, str]]]] = {}
         self._on_banned = None  # the shard exchange, told to stop using a banned peer
 
     def on_banned(self, hook) -> None:
@@ -116,11 +119,13 @@ class Trust:
         banned, and its lies cost it its trust as soon as a trainer's verdict contradicts them.
         """
         cid = verdict.commitment_id
-        said = self._opinions.setdefault(cid, {})
+        opinions = self._opinions.setdefault(task.task_id, OrderedDict())
+        said = opinions.setdefault(cid, {})
         said[key] = (verdict.passed, verdict.reason)
-        self._opinions.move_to_end(cid)
-        while len(self._opinions) > OPINIONS_KEPT:
-            self._opinions.popitem(last=False)
+        opinions.move_to_end(cid)
+        book = self.book(task.task_id)
+        while len(opinions) > OPINIONS_KEPT or book.get(next(iter(opinions))) is None:
+            opinions.popitem(last=False)
         by_trainer = [v for k, v in said.items() if k in task.trainer_keys]
         effects: list = []
         if by_trainer:

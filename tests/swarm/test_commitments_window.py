@@ -34,3 +34,27 @@ def test_fork_choice_keeps_records_of_recent_versions_only():
     newest = 3 * KEPT_VERSIONS - 1
     assert min(k[2] for k in fc.roots) >= newest - KEPT_VERSIONS and len(fc.roots) <= KEPT_VERSIONS + 1
     assert min(k[2] for k in fc.weights) >= newest - KEPT_VERSIONS
+
+
+def test_verdict_opinions_are_kept_only_for_commitments_the_book_still_knows():
+    """Trusted verdicts per commitment follow the commitment book's window: a long-running validator's
+    opinions stay at a window's worth instead of filling to OPINIONS_KEPT over hours."""
+    from gossip.envelope import seal
+    from gossip.messages import Verdict
+    from gossip.reputation import ReputationLedger
+    from swarm.trust import Trust
+    from tests.samples import BOB, task
+
+    trust = Trust("me", b"m" * 32, trains=False, ledger=ReputationLedger())
+    t = task()  # BOB is its trusted validator
+    book = trust.book(t.task_id)
+    for n in range(400):
+        cid = n.to_bytes(32, "big")
+        book.add(cid, _commitment(n // 2, n), "w", b"k" * 32)
+        book.forget_below(n // 2 - 64)
+        verdict = Verdict(task_id=t.task_id, commitment_id=cid, subject=b"k" * 32, passed=True, reason="ok",
+                          evidence_hash=b"", created_at=1.0e9, detail="")
+        assert trust.on_verdict(1.0e9, t, seal(BOB, verdict)) == []
+    opinions = trust._opinions[t.task_id]
+    assert len(opinions) <= len(book) <= 2 * 65
+    assert all(book.get(cid) is not None for cid in opinions)
