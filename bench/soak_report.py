@@ -42,9 +42,10 @@ def segments(samples: list[dict]) -> dict[tuple[str, int, str], list[dict]]:
 
 
 def growth(samples: list[dict], warmup: float) -> dict:
-    """Per peer: for its longest series (lifetime and phase) after `warmup` seconds of it, each
-    quantity's level (mean), slope per hour and slope as % of the level per hour; plus the largest value
-    any lifetime reached (tables must stay under their caps, warm-up included)."""
+    """Per peer: for each series (lifetime and phase) after `warmup` seconds of it (`judged`), each
+    quantity's level (mean), slope per hour and slope as % of the level per hour, the longest series'
+    figures at the top; plus the largest value any lifetime reached (tables must stay under their caps,
+    warm-up included)."""
     report: dict[str, dict] = {}
     for (peer, pid, phase), series in segments(samples).items():
         start = series[0]["t"]
@@ -58,34 +59,43 @@ def growth(samples: list[dict], warmup: float) -> dict:
         for s in series:
             for key, value in s["values"].items():
                 entry["max"][key] = max(entry["max"].get(key, value), value)
-        if span < entry.get("span_s", -1.0):
-            continue
-        entry.update(pid=pid, phase=phase, span_s=round(span, 1), growth={})
-        for key in sorted({k for s in settled for k in s["values"]}):
-            points = [(s["t"], s["values"][key]) for s in settled if key in s["values"]]
-            slope = slope_per_hour(points)
-            level = sum(v for _, v in points) / len(points) if points else 0.0
-            pct = None if slope is None or level == 0 else 100.0 * slope / abs(level)
-            entry["growth"][key] = {"level": round(level, 2), "per_hour": None if slope is None else round(slope, 3),
-                                    "pct_per_hour": None if pct is None else round(pct, 2)}
+        judged = {"pid": pid, "phase": phase, "span_s": round(span, 1), "growth": _series_growth(settled)}
+        entry.setdefault("judged", []).append(judged)
+        if span >= entry.get("span_s", -1.0):  # the longest series is the peer's headline figures
+            entry.update(judged)
     for entry in report.values():
         entry.pop("_last_pid", None)
     return report
 
 
+def _series_growth(settled: list[dict]) -> dict:
+    out = {}
+    for key in sorted({k for s in settled for k in s["values"]}):
+        points = [(s["t"], s["values"][key]) for s in settled if key in s["values"]]
+        slope = slope_per_hour(points)
+        level = sum(v for _, v in points) / len(points) if points else 0.0
+        pct = None if slope is None or level == 0 else 100.0 * slope / abs(level)
+        out[key] = {"level": round(level, 2), "per_hour": None if slope is None else round(slope, 3),
+                    "pct_per_hour": None if pct is None else round(pct, 2)}
+    return out
+
+
 def verdict(report: dict) -> dict:
-    """Target check: every process lifetime long enough to judge keeps RSS and fds under the target."""
+    """Target check: every series (process lifetime and phase) long enough to judge keeps RSS and fds
+    under the target."""
     judged, over = [], []
     for peer, entry in sorted(report.items()):
-        if entry.get("span_s", 0.0) < MIN_SEGMENT_S:
-            continue
-        for key in TARGET_KEYS:
-            g = entry.get("growth", {}).get(key)
-            if g is None or g["pct_per_hour"] is None:
+        for series in entry.get("judged", []):
+            if series["span_s"] < MIN_SEGMENT_S:
                 continue
-            judged.append(f"{peer}.{key}")
-            if g["pct_per_hour"] > GROWTH_TARGET_PCT:
-                over.append({"what": f"{peer}.{key}", "pct_per_hour": g["pct_per_hour"], "level": g["level"]})
+            for key in TARGET_KEYS:
+                g = series["growth"].get(key)
+                if g is None or g["pct_per_hour"] is None:
+                    continue
+                what = f"{peer}.{key}" + (f" ({series['phase']}, pid {series['pid']})" if len(entry["judged"]) > 1 else "")
+                judged.append(what)
+                if g["pct_per_hour"] > GROWTH_TARGET_PCT:
+                    over.append({"what": what, "pct_per_hour": g["pct_per_hour"], "level": g["level"]})
     return {"target_pct_per_hour": GROWTH_TARGET_PCT, "judged": len(judged), "over": over,
             "met": bool(judged) and not over}
 

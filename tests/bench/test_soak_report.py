@@ -57,3 +57,15 @@ def test_a_takeover_starts_a_new_series_with_its_own_warmup():
     for s in samples:  # the same samples read as one series: the step is a leak
         del s["phase"]
     assert not verdict(growth(samples, warmup=300))["met"]
+
+
+def test_every_long_enough_series_is_judged_not_only_the_longest():
+    # the standby phase is the longer series and flat; the active one leaks: the verdict must see it
+    samples = _series("peer1", 7, lambda t: {"node_rss_mb": 100.0 if t < 2400 else 100.0 + (t - 2400) / 3600 * 20},
+                      n=70)
+    for s in samples:
+        s["phase"] = "standby" if s["t"] < 2400 else "active"
+    report = growth(samples, warmup=300)
+    assert report["peer1"]["phase"] == "standby" and len(report["peer1"]["judged"]) == 2
+    result = verdict(report)
+    assert not result["met"] and [o["what"] for o in result["over"]] == ["peer1.node_rss_mb (active, pid 7)"]
