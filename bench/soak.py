@@ -15,7 +15,7 @@ records, logs), and for a trainer its phase (active or standby). Samples go to
 `<base-dir>/samples.jsonl` as they are taken. The report (bench/soak_report.py): per peer and per
 quantity, the least-squares slope per hour over that process lifetime (and phase: a standby's
 takeover starts a new series) after `--warmup` seconds of it, and as a % of its level; the target
-(issue 28) is RSS and fd growth under 5% per hour for every lifetime judged, every table bounded (the
+(issue 28) is RSS and fd growth under 5% per hour for every series judged, every table bounded (the
 largest value seen is reported beside the cap the code holds it to). Also: versions trained,
 takeovers, bans (an honest swarm: there should be none), restarts.
 
