@@ -297,7 +297,8 @@ class CoreDriver:
                 if error is not None:
                     self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, error=error))
                     return
-            self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, data))
+            self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, data,
+                                       from_net=self.host.network_of(req.peer)))
         except RequestError as exc:
             self.feed(ResponseReceived(req.peer, req.protocol, req.request_id, error=str(exc)))
 

@@ -227,7 +227,8 @@ class PeerCore:
 
     # ------------------------------------------------------------------ accepted gossip, routed
 
-    def _dispatch(self, now: float, topic: str, signed: SignedMessage, signer: str, forwarder: str) -> list:
+    def _dispatch(self, now: float, topic: str, signed: SignedMessage, signer: str, forwarder: str,
+                  net: str) -> list:
         """A message the intake accepted so far; may still raise Rejected."""
         message = signed.message
         if isinstance(message, StatusHeartbeat):
@@ -239,7 +240,7 @@ class PeerCore:
             return effects + self.sync.ask(now, message.tasks, signer, forwarder)
         if isinstance(message, TaskAnnouncement):
             self.stats.on_delivered("task", None)
-            return self._learn_task(now, signed)
+            return self._learn_task(now, signed, via=net)
         if isinstance(message, Probe):
             self.intake.check_window(now, message.sent_at, "probe")
             self.stats.on_delivered("probe", now - message.sent_at)
@@ -254,11 +255,12 @@ class PeerCore:
         info = self.membership.peers.get(peer)
         return info.last_seen if info is not None else None
 
-    def _learn_task(self, now: float, signed: SignedMessage, own: bool = False) -> list:
-        """Store a task (raises Rejected); roles hear about it the first time only."""
+    def _learn_task(self, now: float, signed: SignedMessage, own: bool = False, via: str = "") -> list:
+        """Store a task that came through source network `via` (raises Rejected); roles hear about it
+        the first time only."""
         task_id = signed.message.task_id
         new = task_id not in self.tasks.tasks
-        effects = self.tasks.add(now, signed, own)
+        effects = self.tasks.add(now, signed, own, via)
         if new:
             for role in self.roles:
                 effects += role.on_task(now, self.tasks.tasks[task_id])

@@ -60,7 +60,8 @@ class Intake:
         self.rejected: Counter = Counter()  # reason -> messages
 
     def receive(self, now: float, inp: MessageReceived, dispatch: Callable) -> list:
-        """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder)` made of it."""
+        """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder, net)` made
+        of it (`net`: the forwarder's source network, or the forwarder itself where the runtime cannot tell)."""
         blame = forwarder = inp.from_peer
         ledger = self.ledger
         try:
@@ -101,7 +102,7 @@ class Intake:
             blame = signer
             if not self.buckets.take(signer, now):
                 raise Rejected(errors.RATE_LIMITED, f"{signer} above {self.config.sender_rate} msg/s")
-            effects = dispatch(now, inp.topic, signed, signer, forwarder)
+            effects = dispatch(now, inp.topic, signed, signer, forwarder, inp.from_net or forwarder)
         except Rejected as rej:
             if rej.reason in (errors.OUT_OF_WINDOW, errors.STALE):
                 blame = forwarder  # signed in its window; whoever delivers it late is at fault

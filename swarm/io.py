@@ -42,13 +42,15 @@ class RequestReceived:
 
 @dataclass(frozen=True)
 class ResponseReceived:
-    """The answer to our `SendRequest` with this id; `error` set when it failed or timed out."""
+    """The answer to our `SendRequest` with this id; `error` set when it failed or timed out. `from_net`:
+    the answering peer's source network, as in `MessageReceived`."""
 
     peer: str
     protocol: str
     request_id: int
     data: bytes = b""
     error: str | None = None
+    from_net: str = ""
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,18 @@ trainers have been silent longest (no heartbeat from any trainer key, no manifes
 the newcomer if that silence exceeds `trainer_silence`; a task never heard from counts as silent
 since it was learned. The operator's own tasks (the local command) are exempt from the per-announcer
 limit, never evicted, and evict the most silent remote task when the table is full.
+
+Keys are free, so two more rules rest on what is not (issue 27, attack 2). The tasks that came
+through one source network (the forwarder's /24 or /48, or the peer that answered our sync; in the
+simulator each forwarder is its own network) may hold at most `per_network` of the slots: one network
+cannot fill the table however many keys it mints. And one trainer key's heartbeats vouch for at most
+`per_trainer` tasks: a key named as trainer by more remote tasks than that keeps none of them alive,
+since real trainers train one task or two and a junk flood names one live key for all of its tasks.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -39,6 +47,7 @@ class KnownTask:
     signed: SignedMessage
     learned_at: float
     own: bool = False  # announced by this peer's operator (the local command)
+    via: str = ""  # the source network it came through (own tasks: none)
 
     @property
     def task_id(self) -> str:
@@ -50,13 +59,14 @@ class KnownTask:
                 "created_at": t.created_at, "expires_at": t.expires_at, "async_level": t.async_level,
                 "announced_by": peer_id_from_public_key(self.signed.signer),
                 "trainers": [peer_id_from_public_key(k) for k in t.trainer_keys],
-                "params": dict(t.params)}
+                "params": dict(t.params), "via": self.via}
 
 
 class TaskBook:
     def __init__(self, max_tasks: int = 32, clock_skew: float = 30.0, sync_retry: float = 10.0,
                  last_seen: Callable[[str], float | None] = lambda peer: None, per_announcer: int = 2,
-                 max_lifetime: float = MAX_LIFETIME, trainer_silence: float = 300.0) -> None:
+                 max_lifetime: float = MAX_LIFETIME, trainer_silence: float = 300.0, per_network: int = 16,
+                 per_trainer: int = 2) -> None:
         self.max_tasks = max_tasks
         self.clock_skew = clock_skew
         self.sync_retry = sync_retry
@@ -64,12 +74,15 @@ class TaskBook:
         self.per_announcer = per_announcer
         self.max_lifetime = max_lifetime
         self.trainer_silence = trainer_silence
+        self.per_network = per_network
+        self.per_trainer = per_trainer
         self.tasks: dict[str, KnownTask] = {}
         self._manifest_at: dict[str, float] = {}  # task id -> when a manifest by one of its trainers came
         self._sync_pending: dict[str, float] = {}  # task id -> when we may ask again
 
-    def add(self, now: float, signed: SignedMessage, own: bool = False) -> list:
-        """Store a verified task announcement; raises Rejected if it is not acceptable now."""
+    def add(self, now: float, signed: SignedMessage, own: bool = False, via: str = "") -> list:
+        """Store a verified task announcement that came through source network `via`; raises Rejected
+        if it is not acceptable now."""
         task = signed.message
         assert isinstance(task, TaskAnnouncement)
         if task.created_at > now + self.clock_skew:
@@ -90,12 +103,19 @@ class TaskBook:
                            if k.signed.signer == signed.signer and not k.own) >= self.per_announcer:
             raise Rejected(CAPACITY, f"its announcer already has {self.per_announcer} tasks here")
         effects: list = []
+        lives = self._lives()
+        if not own and sum(1 for k in self.tasks.values() if k.via == via and not k.own) >= self.per_network:
+            victim = self._most_silent(now, lives, via)
+            if victim is None:
+                raise Rejected(CAPACITY, f"the peers of {via} brought {self.per_network} tasks here, "
+                                         "all with a live trainer")
+            effects += self._drop(victim, "task-evicted")
         if len(self.tasks) >= self.max_tasks:
-            victim = self._victim(now, own)
+            victim = self._most_silent(now, lives, None, own)
             if victim is None:
                 raise Rejected(CAPACITY, f"already following {self.max_tasks} tasks, all with a live trainer")
             effects += self._drop(victim, "task-evicted")
-        self.tasks[task_id] = KnownTask(task, signed, now, own)
+        self.tasks[task_id] = KnownTask(task, signed, now, own, "" if own else via)
         return effects + [Subscribe(t) for t in topics.task_topics(task_id)] + [
             Emit("task-learned", {"task_id": task_id, "name": task.name})]
 
@@ -103,18 +123,28 @@ class TaskBook:
         """A manifest signed by one of the task's trainers: a sign its trainer is alive."""
         self._manifest_at[task_id] = now
 
-    def _life(self, known: KnownTask) -> float:
-        """When one of the task's trainers last showed it is alive; never: as if silent since it was learned."""
-        seen = [t for t in (self.last_seen(peer_id_from_public_key(k)) for k in known.task.trainer_keys)
-                if t is not None]
-        heard = max(seen + [self._manifest_at.get(known.task_id, float("-inf"))])
-        return heard if heard > float("-inf") else known.learned_at - self.trainer_silence
+    def _lives(self) -> dict[str, float]:
+        """Each remote task's life: when one of its trainers last showed it is alive (a heartbeat from a
+        trainer key that vouches for it, or a manifest); never: as if silent since it was learned."""
+        remote = {task_id: k for task_id, k in self.tasks.items() if not k.own}
+        named = Counter(key for k in remote.values() for key in set(k.task.trainer_keys))
+        lives = {}
+        for task_id, known in remote.items():
+            heard = self._manifest_at.get(task_id, float("-inf"))
+            for key in known.task.trainer_keys:
+                seen = self.last_seen(peer_id_from_public_key(key)) if named[key] <= self.per_trainer else None
+                if seen is not None:
+                    heard = max(heard, seen)
+            lives[task_id] = heard if heard > float("-inf") else known.learned_at - self.trainer_silence
+        return lives
 
-    def _victim(self, now: float, own: bool) -> str | None:
-        """The remote task to drop for a new one: the most silent, if silent long enough (or for our own)."""
-        remote = sorted((self._life(k), task_id) for task_id, k in self.tasks.items() if not k.own)
-        if remote and (own or remote[0][0] <= now - self.trainer_silence):
-            return remote[0][1]
+    def _most_silent(self, now: float, lives: dict[str, float], via: str | None, own: bool = False) -> str | None:
+        """The remote task (of those that came through `via`, if given) to drop for a new one: the most
+        silent, if silent long enough (or for our own)."""
+        ranked = sorted((life, task_id) for task_id, life in lives.items()
+                        if via is None or self.tasks[task_id].via == via)
+        if ranked and (own or ranked[0][0] <= now - self.trainer_silence):
+            return ranked[0][1]
         return None
 
     def _drop(self, task_id: str, event: str) -> list:

@@ -28,7 +28,7 @@ class TaskSync:
         self.membership = membership
         self.pending = pending
         self.timeout = timeout
-        self.learn = learn  # learn(now, signed announcement) -> effects; raises Rejected
+        self.learn = learn  # learn(now, signed announcement, via=network) -> effects; raises Rejected
         self.penalise = penalise
 
     def ask(self, now: float, task_ids: tuple[str, ...], signer: str, forwarder: str) -> list:
@@ -58,7 +58,7 @@ class TaskSync:
                 signed = open_envelope(wire)
                 if not isinstance(signed.message, TaskAnnouncement):
                     raise Rejected(errors.WRONG_TOPIC, f"sync answered with a {signed.kind}")
-                effects += self.learn(now, signed)
+                effects += self.learn(now, signed, via=inp.from_net or inp.peer)
             except Rejected as rej:
                 effects += self.penalise(now, inp.peer, rej)
         return effects

@@ -1,5 +1,5 @@
-"""Issue 27 attacks 3 and 4 against a real node process (`swarm-node start`): identities and addresses
-of one network are free to an attacker, so what they may hold is budgeted by source network
+"""Issue 27 attacks 2, 3 and 4 against a real node process (`swarm-node start`): identities and
+addresses of one network are free to an attacker, so what they may hold is budgeted by source network
 (node/p2p/subnet.py) as well as by peer id and address.
 
 The attackers leave from 127.0.1.x, a /24 of their own on loopback (Linux answers every 127/8
@@ -12,18 +12,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+from collections import Counter
 from contextlib import AsyncExitStack
 
 import pytest
 import trio
 
+from gossip import topics
+from gossip.envelope import seal
+from gossip.identity import Identity, peer_id_from_public_key
+from gossip.messages import StatusHeartbeat
+
 from node.p2p.framing import encode_uvarint
 from node.procs import stop_processes
 from swarm.tasks import TaskBook
+from tests.samples import task
 
 from ..node_p2p.helpers import open_hosts
 from .conftest import ROOT, stop
-from .peers import PlainPeer, open_plain_gossip_peer, open_raw_stream
+from .peers import PlainPeer, open_plain_gossip_peer, open_raw_stream, wait_for
 from .test_spam_node import start_node, status
 
 pytestmark = pytest.mark.slow
@@ -141,3 +149,71 @@ async def test_many_addresses_of_one_network_cannot_lock_out_honest_dials(tmp_pa
     finally:
         stop(attacker)
         stop_processes([proc])
+
+
+async def test_junk_tasks_kept_alive_by_one_trainer_key_leave_room_for_a_real_one(tmp_path):
+    """Attack 2: 16 fresh announcer keys x 2 tasks, all naming one trainer key that sends a heartbeat
+    every 2 s, from two networks (one network may hold only 16 of the 32 slots: the first sends 20).
+    Before, the junk was never silent, so never evicted, and an honest peer's new task was refused
+    `capacity` for as long as the heartbeats went on; a key named by more than 2 tasks now keeps none of
+    them alive."""
+    proc, addr, data_dir = await start_node(tmp_path)
+    victim_id = addr.rsplit("/", 1)[1]
+    decoy = Identity(os.urandom(32))
+    try:
+        with trio.fail_after(120):
+            async with AsyncExitStack() as stack:
+                peers = []
+                for name, source in (("junk-a", f"{ATTACK_NET}.1"), ("junk-b", "127.0.2.1"), ("honest", None)):
+                    peer = await stack.enter_async_context(open_plain_gossip_peer(name))
+                    if source:
+                        leave_from(peer, source)
+                    peer.pubsub.router.spam_protection_enabled = False
+                    for topic in (topics.TASKS, topics.STATUS):
+                        await peer.subscribe(topic)
+                    await peer.connect(addr)
+                    await wait_for(lambda p=peer: victim_id in p.mesh_peers(topics.TASKS), 15, "mesh with the node")
+                    peers.append(peer)
+                junk_a, junk_b, honest = peers
+
+                async def beat() -> None:
+                    while True:
+                        now = time.time()
+                        await junk_a.publish(topics.STATUS, seal(decoy, StatusHeartbeat(
+                            seq=int(now * 1000), sent_at=now, interval=2.0, roles=("trainer",), agent="decoy",
+                            listen_addrs=(), tasks=(), versions={}, known_peers=())).wire)
+                        await trio.sleep(2.0)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(beat)
+                    now = time.time()
+                    for i in range(36):
+                        announcer = Identity(os.urandom(32)) if i % 2 == 0 else announcer
+                        junk = task(name=f"junk-{i}", trainer_keys=(decoy.public_key,), created_at=now,
+                                    expires_at=now + 3600)
+                        await (junk_a if i < 20 else junk_b).publish(topics.TASKS, seal(announcer, junk).wire)
+                        await trio.sleep(0.05)
+                    await trio.sleep(3.0)
+                    snap = await status(data_dir)
+                    by_net = Counter(t["via"] for t in snap["tasks"])
+                    assert by_net == {f"{ATTACK_NET}.0/24": 16, "127.0.2.0/24": 16}, (by_net, snap["messages"])
+                    assert peer_id_from_public_key(decoy.public_key) in snap["alive"], "the decoy heartbeats"
+                    owner = Identity(os.urandom(32))
+                    real = task(name="real", trainer_keys=(owner.public_key,), created_at=time.time(),
+                                expires_at=time.time() + 3600)
+                    real_id = real.task_id
+                    await honest.publish(topics.TASKS, seal(owner, real).wire)
+                    for _ in range(30):
+                        snap = await status(data_dir)
+                        if real_id in {t["task_id"] for t in snap["tasks"]}:
+                            break
+                        await trio.sleep(0.2)
+                    nursery.cancel_scope.cancel()
+        held = {t["task_id"] for t in snap["tasks"]}
+        print(f"attack 2: honest task admitted: {real_id in held}; table {len(held)} tasks; refused "
+              f"{snap['messages']['rejected']}")
+        assert real_id in held, snap["messages"]["rejected"]
+        assert len(held) == 32
+    finally:
+        stop_processes([proc])
+

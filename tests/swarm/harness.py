@@ -125,9 +125,9 @@ class MemoryNet:
         self._drain()
         return effects
 
-    def inject(self, to: str, topic: str, data: bytes, from_peer: str) -> list:
-        """Hand `to` a gossip message as if `from_peer` forwarded it."""
-        return self.deliver(to, MessageReceived(topic, data, from_peer))
+    def inject(self, to: str, topic: str, data: bytes, from_peer: str, from_net: str = "") -> list:
+        """Hand `to` a gossip message as if `from_peer` (of source network `from_net`) forwarded it."""
+        return self.deliver(to, MessageReceived(topic, data, from_peer, from_net))
 
     def _drain(self) -> None:
         while self._pending:
