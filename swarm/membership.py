@@ -104,17 +104,23 @@ class Membership:
 
     # ---- table upkeep
 
-    def _info(self, peer: str) -> PeerInfo | None:
+    def _info(self, peer: str, linked: bool = False) -> PeerInfo | None:
+        """The peer's entry, made if there is room. A peer we hold a link to always gets one: a flood of
+        heartbeats from fresh keys fills the table with live entries (issue 27, attack 1), and our own
+        neighbours, whose links cost something to hold, must not be what it locks out."""
         info = self.peers.get(peer)
         if info is None and peer != self.self_id:
-            if len(self.peers) >= self.config.max_peers and not self._evict_one():
+            if len(self.peers) >= self.config.max_peers and not self._evict_one(alive_too=linked):
                 return None
             info = self.peers[peer] = PeerInfo(peer)
         return info
 
-    def _evict_one(self) -> bool:
+    def _evict_one(self, alive_too: bool = False) -> bool:
+        """Drop the unlinked entry heard from least recently: one not alive, else (`alive_too`) any."""
         candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
                             if not p.connected and p.state != ALIVE)
+        if not candidates and alive_too:
+            candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values() if not p.connected)
         if not candidates:
             return False
         del self.peers[candidates[0][1]]
@@ -176,7 +182,7 @@ class Membership:
         return effects
 
     def on_connected(self, peer: str, addrs: tuple[str, ...]) -> None:
-        info = self._info(peer)
+        info = self._info(peer, linked=True)
         if info is not None:
             info.connected, info.dial_failures = True, 0
             self._linked.add(peer)

@@ -88,6 +88,24 @@ def test_peer_exchange_relearns_a_peer_evicted_from_a_full_table():
     assert m._addressed == {p for p, i in m.peers.items() if i.addrs} | {"self"}
 
 
+
+def test_a_table_full_of_live_strangers_still_takes_our_neighbours():
+    """Issue 27, attack 1: heartbeats from fresh keys filled the table with live entries, and a peer that
+    then linked to us got none, so its heartbeats were dropped and it never showed alive. A linked peer
+    now takes the place of the stranger heard from least recently."""
+    m = Membership("self", MembershipConfig(max_peers=4))
+    for i in range(6):  # the last two find the table full of live entries: not kept
+        m.on_heartbeat(10.0 + i, f"fake{i}", beat(1, 10.0 + i, 3599.5, 0))
+    assert sorted(m.peers) == ["fake0", "fake1", "fake2", "fake3"]
+    m.on_connected("neighbour", ())
+    assert "neighbour" in m.peers and "fake0" not in m.peers
+    m.on_heartbeat(20.0, "neighbour", beat(1, 20.0, 2.0, 2))
+    assert "neighbour" in m.alive_peers() and m.connected_peers() == ["neighbour"]
+    assert len(m.peers) == 4
+    for i in range(6, 12):  # the flood goes on: our neighbour keeps its place
+        m.on_heartbeat(20.0 + i, f"fake{i}", beat(1, 20.0 + i, 3599.5, 0))
+    assert "neighbour" in m.peers
+
 def test_maintain_dials_only_while_short_of_links():
     cfg = MembershipConfig(target_connections=2)
     m = Membership("self", cfg)
