@@ -71,7 +71,6 @@ os.environ.update({k: os.environ.get(k, v) for k, v in ENV.items()})
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import learning_takeover as takeover  # noqa: E402
 from node.records import read_records  # noqa: E402
 from node.taskfile import EXAMPLE, flat_params  # noqa: E402
 
@@ -137,6 +136,8 @@ def run_swarm(base: Path, peers: int, budget: float, points: int, task_file: Pat
     (peer0) that many seconds after version 0; the chain goes on in a standby's records. `same_peers_as`
     (an earlier run's dir): the peers take its identities and its task record, so the task id, the
     base policy (version 0 is seeded by the task id) and the prompt draws are the same."""
+    import learning_takeover as takeover  # the swarm's modules (keys, libp2p): not needed by --no-swarm
+
     run_dir = base / name
     copies = base / f"{name}-weights"
     copies.mkdir(parents=True)
@@ -278,7 +279,8 @@ def _swarm_facts(run_dir: Path, peers: int, trainers: int, t0: float, versions: 
 # ------------------------------------------------------------------------------------------ single
 
 def run_single_baseline(table: dict, base_weights: bytes | None, budget: float, points: int, threads: int,
-                        copies: Path, task_id: str = "bench-single", name: str = "single") -> dict:
+                        copies: Path, task_id: str = "bench-single", name: str = "single",
+                        device: str = "cpu") -> dict:
     """`base_weights` None: the model's own weights (a model from disk is its own version 0).
     Checkpoint weights are written to files under `copies` (a 135M model's are 0.5 GB each)."""
     import torch
@@ -293,6 +295,7 @@ def run_single_baseline(table: dict, base_weights: bytes | None, budget: float, 
     model, tokenizer = base_model(table["model"], 0)
     if base_weights is not None:
         load_weights(model, base_weights)
+    model = model.to(device)
     copies.mkdir(parents=True, exist_ok=True)
     g = grpo_config(table["params"])
     schedule = [budget * k / points for k in range(points + 1)]
@@ -312,13 +315,13 @@ def run_single_baseline(table: dict, base_weights: bytes | None, budget: float, 
                 f"gen {record.get('gen_s', 0):.2f}s train {record.get('train_s', 0):.2f}s load {load()}")
             last_report[0] = time.monotonic()
 
-    say(f"{name}: {budget:.0f} s, {threads} torch threads, prompts and samples seeded by {task_id!r}")
+    say(f"{name}: {budget:.0f} s on {device}, {threads} torch threads, prompts and samples seeded by {task_id!r}")
     history = run_single(model, tokenizer, get_env(table["env"], env_options(table["params"])),
                          SingleConfig(grpo=g, seconds=budget, eval_every=0, task_id=task_id),
                          checkpoint=checkpoint)
     steps = history[1:]
     used = [r for r in steps if r.get("used")]
-    return {"points": kept, "steps": len(steps), "threads": threads,
+    return {"points": kept, "steps": len(steps), "threads": threads, "device": device,
             "completions_sampled": len(steps) * g.prompts_per_step * g.group_size,
             "gen_s_mean": round(sum(r["gen_s"] for r in steps) / max(1, len(steps)), 3),
             "train_s_mean": round(sum(r["train_s"] for r in steps) / max(1, len(steps)), 3),
@@ -329,7 +332,7 @@ def run_single_baseline(table: dict, base_weights: bytes | None, budget: float, 
 # ------------------------------------------------------------------------------------------ scoring
 
 def evaluate_points(table: dict, name: str, points: list[dict], n_heldout: int, threads: int,
-                    sampled: bool = True, cache: dict | None = None) -> None:
+                    sampled: bool = True, cache: dict | None = None, device: str = "cpu") -> None:
     """Score each point's weights in place; `cache` (weights digest -> scores) skips weights already
     scored (every run's first point is the same version 0)."""
     import torch
@@ -347,7 +350,7 @@ def evaluate_points(table: dict, name: str, points: list[dict], n_heldout: int, 
         digest = _tensors_digest(data)
         acc = (cache or {}).get(digest) or evaluate_weights(data, table["model"], table["env"], n_heldout, max_new,
                                                             seed_tag="bench-eval", params=table["params"],
-                                                            sampled=sampled)
+                                                            sampled=sampled, device=device)
         if cache is not None:
             cache[digest] = acc
         p["greedy"] = round(acc["greedy"], 4)
@@ -499,6 +502,8 @@ def run_takeover_pair(args, base: Path, out: dict) -> dict:
     """--kill-trainer-at: the same swarm twice, with one standby trainer more than --peers (peer1);
     undisturbed, then with the active trainer SIGKILLed partway. The second run reuses the first's
     peers and task (so the same version 0); both are scored like the swarm run above."""
+    import learning_takeover as takeover
+
     peers = args.peers + 1
     task_file = takeover.standby_task(EXAMPLE, base)
     calm = run_swarm(base, peers, args.budget, args.points, task_file, args.start_timeout, name="swarm", trainers=2)
@@ -545,8 +550,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-prompts", type=int, default=256, help="held-out prompts per evaluation")
     ap.add_argument("--greedy-only", action="store_true", help="score checkpoints greedy only (half the cost)")
     ap.add_argument("--single-threads", type=int, default=2, help="torch threads of the single run")
+    ap.add_argument("--device", default="cpu",
+                    help="where the single runs train and every checkpoint is scored: cpu, cuda, or auto "
+                         "(cuda when torch sees one); the swarm's peers stay on the CPU")
     ap.add_argument("--parallel-singles", action="store_true",
-                    help="with --control: run the two single runs at once, one torch thread each")
+                    help="with --control: run the two single runs at once, half the --single-threads each")
     ap.add_argument("--no-swarm", action="store_true", help="only the single run(s), from the model's own weights")
     ap.add_argument("--screen", action="store_true",
                     help="no training: the base model's held-out greedy accuracy on the settings of "
@@ -565,6 +573,9 @@ def main(argv: list[str] | None = None) -> int:
                          "than --peers twice, undisturbed and with the active trainer SIGKILLed SECONDS after "
                          "version 0, and compare their times to 0.85 (target: at most 1.2x)")
     args = ap.parse_args(argv)
+    from trainer.evaluate import pick_device
+
+    args.device = pick_device(args.device)
     if args.kill_trainer_at is not None and (args.control or not 0 < args.kill_trainer_at < args.budget):
         ap.error("--kill-trainer-at takes seconds between 0 and --budget, and no --control")
     table = task_table(args.task, args.model, args.env, args.param)
@@ -582,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     task_file = args.task if table == task_table(args.task) else write_task(table, base / "task.toml")
     out = {"bench": "learning", "budget_s": args.budget, "peers": args.peers, "eval_prompts": args.eval_prompts,
            "task": str(task_file), "model": table["model"], "env": table["env"], "params": table["params"],
-           "cpus": os.cpu_count(), "load_start": load(), "base_dir": str(base)}
+           "cpus": os.cpu_count(), "device": device_name(args.device), "load_start": load(), "base_dir": str(base)}
     if args.kill_trainer_at is not None:
         return _finish(run_takeover_pair(args, base, out), args, base, started)
     swarm, base_weights = None, None
@@ -599,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in (("swarm", swarm), ("single", single), ("control", control)):
         if run is not None:
             evaluate_points(table, name, run["points"], args.eval_prompts, args.single_threads,
-                            sampled=not args.greedy_only, cache=scored)
+                            sampled=not args.greedy_only, cache=scored, device=args.device)
     out["load_end"] = load()
     out["swarm"], out["single"] = swarm, single
     if control is not None:
@@ -619,6 +630,13 @@ def main(argv: list[str] | None = None) -> int:
     return _finish(out, args, base, started)
 
 
+def device_name(device: str) -> str:
+    """What the single runs and the scoring ran on, in words (the GPU's name where it was one)."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu"
+
+
 def _ratios(swarm: dict, single: dict) -> dict:
     sp_sw, sp_si = swarm.get("seconds_per_version"), single.get("seconds_per_step")
     return {"seconds_per_step_swarm_over_single": round(sp_sw / sp_si, 3) if sp_sw and sp_si else None,
@@ -628,8 +646,8 @@ def _ratios(swarm: dict, single: dict) -> dict:
 
 def run_singles(args, table: dict, base: Path, base_weights: bytes | None) -> tuple[dict, dict | None]:
     """The single run and (--control) its twin with other seeds; at once with --parallel-singles,
-    each in its own process with one torch thread (so each has one of the two cores)."""
-    kw = dict(table=table, base_weights=base_weights, budget=args.budget, points=args.points)
+    each in its own process with half the --single-threads (so each has one of the two cores here)."""
+    kw = dict(table=table, base_weights=base_weights, budget=args.budget, points=args.points, device=args.device)
     single_kw = {**kw, "copies": base / "single-weights"}
     control_kw = {**kw, "copies": base / "control-weights", "task_id": "bench-single-control", "name": "control"}
     if not args.control:
@@ -641,8 +659,9 @@ def run_singles(args, table: dict, base: Path, base_weights: bytes | None) -> tu
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        jobs = [pool.submit(run_single_baseline, **single_kw, threads=1),
-                pool.submit(run_single_baseline, **control_kw, threads=1)]
+        half = max(1, args.single_threads // 2)
+        jobs = [pool.submit(run_single_baseline, **single_kw, threads=half),
+                pool.submit(run_single_baseline, **control_kw, threads=half)]
         return jobs[0].result(), jobs[1].result()
 
 

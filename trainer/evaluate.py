@@ -28,9 +28,11 @@ from trainer.rollout import accuracy
 def evaluate_weights(weights: str | os.PathLike | bytes | dict, model: str = "builtin:digit-sort-tiny",
                      env: str | Environment = "digit-sort", n_heldout: int = 256,
                      max_new_tokens: int = 10, seed_tag: str = "eval", params: dict | None = None,
-                     sampled: bool = True) -> dict[str, float]:
+                     sampled: bool = True, device: str = "cpu") -> dict[str, float]:
     """`weights`: a weights blob file (as stored by the init/train jobs), its bytes, or a state dict.
-    `sampled=False` skips the sampled score (None): half the cost, for models whose replies are long."""
+    `sampled=False` skips the sampled score (None): half the cost, for models whose replies are long.
+    `device`: where the model runs ("cuda" on a GPU); the sampling noise is drawn on the CPU either way,
+    so a version scores the same wherever it is scored, up to the device's arithmetic."""
     net, tokenizer = base_model(model, 0)
     if isinstance(weights, dict):
         net.load_state_dict(weights, strict=False)
@@ -41,7 +43,8 @@ def evaluate_weights(weights: str | os.PathLike | bytes | dict, model: str = "bu
         data = weights if isinstance(weights, (bytes, bytearray)) else Path(weights).read_bytes()
         load_weights(net, bytes(data))
     env = get_env(env, env_options(params or {})) if isinstance(env, str) else env
-    backend = TorchBackend(net.eval(), tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
+    backend = TorchBackend(net.to(device).eval(), tokenizer.eos_token_id, tokenizer.pad_token_id,
+                           capture_hidden=False)
     with torch.no_grad():
         return {"greedy": accuracy(env, tokenizer, backend, n_heldout, temperature=0.0,
                                    max_new_tokens=max_new_tokens),
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--prompts", type=int, default=256, help="held-out prompts (default 256)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--greedy-only", action="store_true", help="skip the sampled score")
+    ap.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when there is one)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     task = task_table(args.task)
@@ -72,7 +76,17 @@ def main(argv: list[str] | None = None) -> None:
         weights = weights_bytes(base_model(task["model"], 0)[0])
     max_new = int(task["params"].get("max_new_tokens", 10))
     print(json.dumps(evaluate_weights(weights, task["model"], task["env"], args.prompts, max_new,
-                                      params=task["params"], sampled=not args.greedy_only)))
+                                      params=task["params"], sampled=not args.greedy_only,
+                                      device=pick_device(args.device))))
+
+
+def pick_device(name: str) -> str:
+    """`auto`: the GPU when torch sees one, else the CPU."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"--device {name}: torch sees no GPU here (torch {torch.__version__}); use --device cpu")
+    return name
 
 
 if __name__ == "__main__":

@@ -111,6 +111,7 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
 
 
 def main(argv: list[str] | None = None) -> None:
+    from trainer.evaluate import pick_device
     from trainer.model import create_builtin_model, load_model
     from trainer.warmup import WarmupConfig, warmup
 
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N steps; 0 = never")
     ap.add_argument("--eval-prompts", type=int, default=256)
+    ap.add_argument("--device", default="auto", help="cpu, cuda, or auto (cuda when there is one)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     grpo, name, model_name = GRPOConfig(lr=args.lr), args.env, args.model
@@ -145,8 +147,9 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({"warmup_s": round(time.monotonic() - t0, 1)}), flush=True)
     cfg = SingleConfig(grpo=grpo, seconds=args.seconds, max_steps=args.max_steps, eval_every=args.eval_every,
                        eval_prompts=args.eval_prompts)
-    print(json.dumps({"config": asdict(cfg)}), flush=True)
-    run_single(model, tokenizer, env, cfg, log=lambda r: print(json.dumps(r), flush=True))
+    device = pick_device(args.device)
+    print(json.dumps({"config": asdict(cfg), "device": device}), flush=True)
+    run_single(model.to(device), tokenizer, env, cfg, log=lambda r: print(json.dumps(r), flush=True))
 
 
 def task_table(path: str) -> dict:

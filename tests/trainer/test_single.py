@@ -1,12 +1,13 @@
 import copy
 
 import pytest
+import torch
 
 from trainer.envs import DigitSort
 from trainer.grpo import GRPOConfig
 from trainer.single import SingleConfig, run_single
 
-pytestmark = pytest.mark.slow  # both use `warmed`: the warm-up trains the model first
+pytestmark = pytest.mark.slow  # the CPU tests use `warmed`: the warm-up trains the model first
 
 
 def test_single_loop_runs_trains_and_reports(warmed):
@@ -54,3 +55,29 @@ def test_checkpoints_stop_the_clock_and_eval_every_zero_evaluates_nothing(warmed
     work = sum(r["gen_s"] + r["train_s"] for r in history[1:])
     assert skipped[0] == 3 * 3600.0  # three checkpoints, an hour each
     assert history[-1]["elapsed_s"] < work + 120  # the 2 h in the first two checkpoints is not counted
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_single_loop_and_scoring_run_on_cuda_as_on_the_cpu(builtin):
+    """bench/learning.py --device cuda: the single loop trains on the GPU, and a version scores the
+    same on the GPU as on the CPU (the sampling noise is drawn on the CPU either way)."""
+    from trainer.evaluate import evaluate_weights
+    from trainer.policy import weights_bytes
+    from trainer.warmup import WarmupConfig, warmup
+
+    model, tok = builtin
+    base = copy.deepcopy(model)
+    warmup(base, tok, DigitSort(), WarmupConfig(steps=40, target=0.0))  # part-trained: rewards with a spread
+    gpu = copy.deepcopy(base).cuda()
+    cfg = SingleConfig(grpo=GRPOConfig(prompts_per_step=4, group_size=4, lr=1e-3, format_weight=1.0),
+                       seconds=120, max_steps=3, eval_every=3, eval_prompts=16)
+    history = run_single(gpu, tok, DigitSort(), cfg)
+    assert [r["step"] for r in history] == [0, 1, 2, 3] and "greedy_acc" in history[-1]
+    assert next(gpu.parameters()).device.type == "cuda"
+    assert sum(r["used"] for r in history[1:]) > 0, history  # the format reward gives the groups a spread
+    assert not gpu.lm_head.weight.cpu().equal(base.lm_head.weight)
+    data = weights_bytes(gpu)
+    on_gpu = evaluate_weights(data, n_heldout=32, device="cuda")
+    on_cpu = evaluate_weights(data, n_heldout=32, device="cpu")
+    assert abs(on_gpu["greedy"] - on_cpu["greedy"]) <= 2 / 32 and abs(on_gpu["sampled"] - on_cpu["sampled"]) <= 2 / 32
