@@ -145,8 +145,8 @@ async def wait_for_ban(data_dir: Path, peer: str) -> dict:
 
 
 async def test_junk_tasks_from_fresh_keys_leave_room_for_a_real_task(tmp_path):
-    """Item 6: 32 tasks expiring in 5138 are refused, 32 more from fresh keys fill the table, and the
-    operator's real task is admitted."""
+    """Item 6: 32 tasks expiring in 5138 are refused, 32 more from fresh keys take the share of the
+    table one source network may hold (16 of 32, issue 27), and the operator's real task is admitted."""
     procs = []
     try:
         proc, addr, data_dir = await start_node(tmp_path)
@@ -167,13 +167,13 @@ async def test_junk_tasks_from_fresh_keys_leave_room_for_a_real_task(tmp_path):
                     await trio.sleep(0.01)  # py-libp2p's 32-slot send queue drops a faster burst
                 await trio.sleep(1.5)
                 snap = await status(data_dir)
-                assert len(snap["tasks"]) == 32 and snap["messages"]["rejected"].get("out-of-window", 0) >= 32, (
+                assert len(snap["tasks"]) == 16 and snap["messages"]["rejected"].get("out-of-window", 0) >= 32, (
                     snap["messages"], snap["host"]["stats"])
                 table = tomllib.loads(EXAMPLE.read_text())
                 result = await trio.to_thread.run_sync(lambda: control.call(data_dir, "announce-task", {"task": table}))
                 snap = await status(data_dir)
                 assert result["task_id"] in {t["task_id"] for t in snap["tasks"]}
-                print(f"task flood: 32 of 32 far-expiry tasks refused, table full at 32, real task admitted; "
+                print(f"task flood: 32 of 32 far-expiry tasks refused, 16 of the junk held (one network's share), real task admitted; "
                       f"peak RSS {rss_kb(proc.pid) // 1024} MB")
                 assert rss_kb(proc.pid) < RSS_BOUND_KB
     finally:
