@@ -162,13 +162,32 @@ class GuardedPubsub(Pubsub):
         return None
 
 
+class _NoDeliveryLog(dict):
+    """What py-libp2p 0.8.1's `recent_message_deliveries` becomes: a list per topic that keeps nothing.
+
+    `GossipSub.publish` appends a timestamp to it for every message it sends or forwards, and only its
+    adaptive-gossip health check (every 30 s, and only with adaptive gossip and a scorer, neither of
+    which we run) ever trims it: left alone it grows by one float per message for the node's life,
+    about 40,000 an hour on a trainer (bench/soak.py)."""
+
+    def __missing__(self, topic: str) -> list:
+        return _Discarding()
+
+
+class _Discarding(list):
+    def append(self, item: Any) -> None:
+        pass
+
+
 class GuardedGossipSub(GossipSub):
     """GossipSub whose heartbeat survives an exception in one round (it is a daemon task: if it exits,
-    the router service is cancelled)."""
+    the router service is cancelled), and whose per-message delivery log keeps nothing (_NoDeliveryLog)."""
 
     def __init__(self, *args: Any, guard_stats: HostStats, **kwargs: Any) -> None:
         self._guard_stats = guard_stats
         super().__init__(*args, **kwargs)
+        if not self.adaptive_gossip_enabled:  # its only reader, the health check, never runs
+            self.recent_message_deliveries = _NoDeliveryLog()
 
     async def heartbeat(self) -> None:
         while True:

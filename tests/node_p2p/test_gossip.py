@@ -134,3 +134,25 @@ async def test_stuck_peer_backpressure_is_bounded_and_counted():
             # counter above, not an upper time bound: pushing 22 MB through yamux on a busy 2-core machine
             # can itself take seconds.
             assert elapsed >= 0.3, elapsed
+
+
+async def test_the_router_keeps_no_timestamp_per_message():
+    """py-libp2p 0.8.1's GossipSub.publish appends a timestamp per message it sends or forwards to a
+    list per topic that only its adaptive-gossip health check trims, which we do not run: it grew
+    for a node's whole life (bench/soak.py). The guarded router's log keeps nothing."""
+    with trio.fail_after(30):
+        async with open_hosts(3) as (a, b, c):
+            got: list[bytes] = []
+            c.set_validator(lambda t, d, f: got.append(d) or True)
+            for h in (a, b, c):
+                await h.subscribe(TOPIC)
+            await link(a, b)
+            await link(b, c)
+            await _mesh(a, b)
+            await _mesh(b, c)
+            for i in range(50):
+                await a.publish(TOPIC, b"m%d" % i)
+            await wait_until(lambda: len(got) == 50, what="50 messages through b")
+            for h in (a, b):  # a published them, b forwarded them
+                log = h._router.recent_message_deliveries
+                assert sum(len(times) for times in log.values()) == 0, {t: len(v) for t, v in log.items()}
