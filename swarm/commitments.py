@@ -6,6 +6,9 @@ A verdict is only meaningful about a commitment we know; one about an unknown co
 Bounded: the oldest entries are forgotten first, and so is every commitment for a version far behind
 the task's newest (`forget_below`): a batch that old is refused as too old whatever it repeats, and
 verdicts come within a few versions, so keeping it only costs memory (a few KB each, 8,192 per task).
+The batch blobs of the commitments forgotten that way are deleted too (`DropBlobs`): a worker keeps
+its own, a trainer and a checker the ones they fetched, and before they filled the blob store's byte
+cap (4 GB) at about 100 MB an hour on a trainer, with an index entry each in the node's memory.
 """
 
 from __future__ import annotations
@@ -52,14 +55,18 @@ class CommitmentBook:
         while len(self._by_id) > self.capacity:
             self._forget(*next(iter(self._by_id.items())))
 
-    def forget_below(self, version: int) -> None:
+    def forget_below(self, version: int) -> list[bytes]:
         """Forget commitments for policy versions below `version`, oldest first (they come in about in
-        version order, so this stops at the first newer one)."""
+        version order, so this stops at the first newer one); the blobs of the batches forgotten, which
+        nobody will train or check any more."""
+        blobs = []
         while self._by_id:
             old_id, old = next(iter(self._by_id.items()))
             if old.commitment.policy_version >= version:
-                return
+                break
             self._forget(old_id, old)
+            blobs.append(bytes(old.commitment.blob_hash))
+        return blobs
 
     def _forget(self, old_id: bytes, old: Seen) -> None:
         del self._by_id[old_id]

@@ -32,9 +32,9 @@ from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBoo
 from swarm.context import Pending, RoleContext
 from swarm.forkchoice import Chains
 from swarm.intake import Intake
-from swarm.io import (Ban, DialFailed, Emit, JobFinished, LocalCommand, MessageReceived, PeerConnected,
-                      PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent, ShardsPresent,
-                      Started, StreamAbuse, Subscribe, Tick)
+from swarm.io import (Ban, DialFailed, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
+                      PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
+                      ShardsPresent, Started, StreamAbuse, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
 from swarm.roles.base import Role
 from swarm.roles.mirror import LeechRole, MirrorRole
@@ -289,7 +289,9 @@ class PeerCore:
             self.trust.record_commitment(task_id, signed, signer)
             chain = self.chains.tasks.get(task_id)  # its newest version, as the task's trainers signed it
             if chain is not None and chain.max_version > COMMITTED_VERSIONS:
-                self.trust.book(task_id).forget_below(chain.max_version - COMMITTED_VERSIONS)
+                gone = self.trust.book(task_id).forget_below(chain.max_version - COMMITTED_VERSIONS)
+                if gone:
+                    effects.append(DropBlobs(tuple(gone)))
         if isinstance(signed.message, Verdict):
             effects += self.trust.on_verdict(now, task, signed)
         for role in self.roles:

@@ -2,8 +2,10 @@
 fork-choice records far behind the newest version are forgotten (bench/soak.py saw a node grow for
 hours while the count caps filled)."""
 
+import pytest
+
 from gossip.messages import RolloutCommitment
-from swarm.commitments import CommitmentBook
+from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBook
 from swarm.forkchoice import KEPT_VERSIONS, ForkChoice
 
 from .test_forkchoice import manifest
@@ -58,3 +60,35 @@ def test_verdict_opinions_are_kept_only_for_commitments_the_book_still_knows():
     opinions = trust._opinions[t.task_id]
     assert len(opinions) <= len(book) <= 2 * 65
     assert all(book.get(cid) is not None for cid in opinions)
+
+
+def test_forgetting_commitments_names_their_batch_blobs():
+    book = CommitmentBook()
+    for n in range(10):
+        book.add(n.to_bytes(4, "big"), _commitment(n, n), "w", b"k" * 32)
+    assert book.forget_below(4) == [_commitment(n, n).blob_hash for n in range(4)]
+    assert book.forget_below(4) == [] and len(book) == 6
+
+
+@pytest.mark.slow  # 600 simulated seconds of a small swarm: about 30 s
+def test_a_peer_keeps_the_batch_blobs_of_recent_versions_only():
+    """Every rollout batch a worker generates, or a trainer fetches, is a blob in its data dir. They
+    went only when the blob store's byte cap (4 GB) was full, about 100 MB an hour on a soak's trainer:
+    now a batch's blob goes with its commitment, 64 versions behind the task's newest."""
+    from simulator import compose
+    from simulator.run import prepare
+    from simulator.trace import Trace
+
+    s = compose.scenario("blobs", duration=600, seed=1, settle=40, checks=[],
+                         peers=[compose.trainer(), compose.workers(3)], tasks=[compose.task(at=10)],
+                         jobs={"generate": {"seconds": 1}, "train": {"seconds": 1}, "verify": {"seconds": 0.2}})
+    sim, _ = prepare(s, Trace(None))
+    sim.loop.run(s.duration, None)
+    for node in sim.nodes:
+        core = node.core
+        (task_id, chain), = core.chains.tasks.items()
+        assert chain.max_version > 3 * COMMITTED_VERSIONS  # long enough for the window to matter
+        book = core.book(task_id)
+        batches = {bytes(seen.commitment.blob_hash) for seen in book._by_id.values()}
+        stale = set(node.store.blobs) - batches - core.blobs.held()
+        assert len(stale) <= 4, f"{len(stale)} blobs neither recent batches nor weights in use"
