@@ -160,6 +160,10 @@ class RoleContext:
     def reputation(self, peer: str) -> float:
         return self._ledger.score(peer)
 
+    def knows_commitment(self, task_id: str, commitment_id: bytes) -> bool:
+        """Whether the task's commitment book still holds it (it forgets those 64 versions behind)."""
+        return self._trust.book(task_id).get(commitment_id) is not None
+
     def trusts_verdicts_of(self, task_id: str, key: bytes) -> bool:
         return self._trust.trusts_verdicts_of(self._tasks.tasks[task_id].task, key)
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import Callable
 
 from gossip import errors
 from gossip.errors import Rejected
@@ -245,9 +246,12 @@ def verify_more(ctx, role, now: float, state) -> list:
 
 class Opinions:
     """The verdicts a trainer heard and the results of its own checks, per commitment, so a checker
-    whose signed verdict contradicts the trainer's check is found whichever arrives first."""
+    whose signed verdict contradicts the trainer's check is found whichever arrives first. Kept while
+    the commitment book knows the commitment (`known`; 64 versions) and OPINIONS_KEPT at most: a
+    soak's trainer filled the count cap over its first hour, node memory that never came back."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: Callable[[bytes], bool] = lambda cid: True) -> None:
+        self.known = known
         self.said: OrderedDict[bytes, dict[str, tuple[bool, str]]] = OrderedDict()  # cid -> checker -> verdict
         self.own: OrderedDict[bytes, tuple[bool, str]] = OrderedDict()  # cid -> our check's (passed, reason)
 
@@ -255,14 +259,19 @@ class Opinions:
         said = self.said.setdefault(commitment_id, {})
         said[checker] = (passed, reason)
         self.said.move_to_end(commitment_id)
-        _trim(self.said)
+        self._trim(self.said)
         return self._contradicted(commitment_id, {checker: (passed, reason)})
 
     def checked(self, commitment_id: bytes, passed: bool, reason: str) -> list[tuple[str, str]]:
         self.own[commitment_id] = (passed, reason)
         self.own.move_to_end(commitment_id)
-        _trim(self.own)
+        self._trim(self.own)
         return self._contradicted(commitment_id, self.said.get(commitment_id, {}))
+
+    def _trim(self, d: OrderedDict) -> None:
+        """Oldest first: past the count cap, and while the oldest is a commitment the book forgot."""
+        while d and (len(d) > OPINIONS_KEPT or not self.known(next(iter(d)))):
+            d.popitem(last=False)
 
     def _contradicted(self, commitment_id: bytes, verdicts: dict) -> list[tuple[str, str]]:
         if commitment_id not in self.own:
@@ -274,6 +283,3 @@ class Opinions:
                 if passed != own and errors.DUPLICATE not in (reason, own_reason)]
 
 
-def _trim(d: OrderedDict) -> None:
-    while len(d) > OPINIONS_KEPT:
-        d.popitem(last=False)

@@ -95,6 +95,7 @@ class TrainerRole(Role):
                                                        rank=rank, active=rank == 0, validators=task.validator_keys)
         state.policy = standby.new_follower(state)
         state.states = Checkpoints(self.ctx, task.task_id, state.params.state_every)
+        state.opinions = quorum.Opinions(known=lambda cid, t=task.task_id: self.ctx.knows_commitment(t, cid))
         self.keys[task.task_id] = task.trainer_keys
         too_old = refusal.too_old(self.ctx, state, self.name, state.params)
         if too_old:  # no init job, no takeover: the task's other trainers will

@@ -92,3 +92,21 @@ def test_a_peer_keeps_the_batch_blobs_of_recent_versions_only():
         batches = {bytes(seen.commitment.blob_hash) for seen in book._by_id.values()}
         stale = set(node.store.blobs) - batches - core.blobs.held()
         assert len(stale) <= 4, f"{len(stale)} blobs neither recent batches nor weights in use"
+
+
+def test_a_trainers_opinions_follow_the_commitment_window():
+    """A trainer's record of checkers' verdicts and its own checks (swarm/roles/quorum.py) is kept only
+    for commitments the book still knows, not up to OPINIONS_KEPT over a soak's first hour."""
+    from swarm.roles.quorum import Opinions
+
+    book = CommitmentBook()
+    opinions = Opinions(known=lambda cid: book.get(cid) is not None)
+    for n in range(400):
+        cid = n.to_bytes(32, "big")
+        book.add(cid, _commitment(n // 2, n), "w", b"k" * 32)
+        book.forget_below(n // 2 - 64)
+        opinions.checked(cid, True, "")
+        assert opinions.heard(cid, "checker", False, "wrong") == [("checker", f"wrong verdict on {cid.hex()[:16]}: "
+                                                                              "wrong, the trainer's check says ok")]
+    assert len(opinions.own) <= len(book) <= 2 * 65 and len(opinions.said) <= len(book)
+    assert all(book.get(cid) is not None for cid in [*opinions.own, *opinions.said])

@@ -137,6 +137,6 @@ def test_a_trainer_of_two_tasks_keeps_both_alive():
         wire = seal(announcer, task(name=f"t{i}", trainer_keys=(trainer.identity.public_key,))).wire
         assert offer(net, victim, wire, trainer.peer_id).accepted
     net.run_for(400)
-    refused = offer(net, victim, seal(newcomer.identity, task(name="new", trainer_keys=(newcomer.identity.public_key,))).wire,
-                    newcomer.peer_id)
+    wire = seal(newcomer.identity, task(name="new", trainer_keys=(newcomer.identity.public_key,))).wire
+    refused = offer(net, victim, wire, newcomer.peer_id)
     assert not refused.accepted and refused.reason == "capacity"
