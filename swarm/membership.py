@@ -117,14 +117,12 @@ class Membership:
 
     def _evict_one(self, alive_too: bool = False) -> bool:
         """Drop the unlinked entry heard from least recently: one not alive, else (`alive_too`) any."""
-        candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
-                            if not p.connected and p.state != ALIVE)
-        if not candidates and alive_too:
-            candidates = sorted((p.last_seen or 0.0, p.peer_id) for p in self.peers.values() if not p.connected)
-        if not candidates:
+        victim = min(((p.state == ALIVE, p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
+                      if not p.connected and (alive_too or p.state != ALIVE)), default=None)
+        if victim is None:
             return False
-        del self.peers[candidates[0][1]]
-        self._addressed.discard(candidates[0][1])
+        del self.peers[victim[2]]
+        self._addressed.discard(victim[2])
         return True
 
     def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:

@@ -103,15 +103,14 @@ class TaskBook:
                            if k.signed.signer == signed.signer and not k.own) >= self.per_announcer:
             raise Rejected(CAPACITY, f"its announcer already has {self.per_announcer} tasks here")
         effects: list = []
-        lives = self._lives()
         if not own and sum(1 for k in self.tasks.values() if k.via == via and not k.own) >= self.per_network:
-            victim = self._most_silent(now, lives, via)
+            victim = self._most_silent(now, self._lives(), via)
             if victim is None:
                 raise Rejected(CAPACITY, f"the peers of {via} brought {self.per_network} tasks here, "
                                          "all with a live trainer")
             effects += self._drop(victim, "task-evicted")
         if len(self.tasks) >= self.max_tasks:
-            victim = self._most_silent(now, lives, None, own)
+            victim = self._most_silent(now, self._lives(), None, own)
             if victim is None:
                 raise Rejected(CAPACITY, f"already following {self.max_tasks} tasks, all with a live trainer")
             effects += self._drop(victim, "task-evicted")
