@@ -39,12 +39,16 @@ def test_machine_checks():
     assert doctor.check_toploc().level in (doctor.OK, doctor.WARN)  # warn: not installed (an optional extra)
 
 
+Usage = namedtuple("Usage", "total used free")
+PLENTY = Usage(0, 0, 50 << 30)  # the CI machine's own free space must not decide these tests
+
+
 def test_data_dir_checks(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda p: PLENTY)
     ok = doctor.check_data_dir(tmp_path / "new" / "node")
     assert ok.level == doctor.OK and "not made yet" in ok.found and not (tmp_path / "new").exists()
     bad = doctor.check_data_dir(__import__("pathlib").Path("/proc/self/swarm"))  # procfs takes no files
     assert bad.level == doctor.FAIL and "not writable" in bad.found and bad.next_step
-    Usage = namedtuple("Usage", "total used free")
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda p: Usage(0, 0, 3 << 30))
     assert doctor.check_data_dir(tmp_path).level == doctor.WARN
     monkeypatch.setattr(doctor.shutil, "disk_usage", lambda p: Usage(0, 0, 100 << 20))
@@ -80,6 +84,7 @@ def test_clock_skew_from_heartbeat_delays():
 def test_main_exits_non_zero_on_a_failure(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(doctor, "check_torch", lambda: doctor.Check("torch", doctor.OK, "torch (test)"))
     monkeypatch.setattr(doctor, "check_toploc", lambda: doctor.Check("toploc", doctor.OK, "toploc (test)"))
+    monkeypatch.setattr(doctor.shutil, "disk_usage", lambda p: PLENTY)
     assert doctor.main(NodeConfig(data_dir=tmp_path)) == 0
     out = capsys.readouterr().out
     assert "not running" in out and out.strip().endswith("0 failed, 0 warnings, 6 ok")
