@@ -44,7 +44,7 @@ from .budget import PenaltyBox
 from .connguard import ConnGuard
 from .config import HostConfig
 from . import records
-from .guard import GuardedGossipSub, GuardedPubsub, one_line_stream_failures
+from .guard import GuardedGossipSub, GuardedPubsub, batch_yamux_window_updates, one_line_stream_failures
 from .stats import HostStats
 
 GOSSIPSUB_PROTOCOLS = (PROTOCOL_ID_V11,)
@@ -80,6 +80,7 @@ class Parts:
 
 def build(config: HostConfig, stats: HostStats) -> Parts:
     records.install()
+    batch_yamux_window_updates()
     one_line_stream_failures()
     penalties = PenaltyBox(stats, config.penalty_block_points, config.penalty_block_seconds)
     key_pair = create_new_key_pair(bytes(config.seed))

@@ -156,3 +156,33 @@ async def test_the_router_keeps_no_timestamp_per_message():
             for h in (a, b):  # a published them, b forwarded them
                 log = h._router.recent_message_deliveries
                 assert sum(len(times) for times in log.values()) == 0, {t: len(v) for t, v in log.items()}
+
+
+async def test_yamux_returns_read_credit_in_batches(monkeypatch):
+    """py-libp2p 0.8.1 sends a yamux WINDOW_UPDATE for every read by default: three per gossip message
+    received (its varint prefix is read a byte at a time, then the body). The adapter turns that off:
+    one per message, the body's read (py-libp2p still returns a partial window's credit at once)."""
+    from libp2p.stream_muxer.yamux.yamux import YamuxStream
+
+    updates: list[int] = []
+    original = YamuxStream.send_window_update
+
+    async def counting(self, increment, skip_lock=False):
+        updates.append(increment)
+        await original(self, increment, skip_lock=skip_lock)
+
+    monkeypatch.setattr(YamuxStream, "send_window_update", counting)
+    monkeypatch.delenv("PY_YAMUX_RELEASE_ON_READ", raising=False)  # the adapter's default, not the caller's
+    with trio.fail_after(30):
+        async with open_hosts(2) as (a, b):
+            got: list[bytes] = []
+            b.set_validator(lambda t, d, f: got.append(d) or True)
+            for h in (a, b):
+                await h.subscribe(TOPIC)
+            await link(a, b)
+            await _mesh(a, b)
+            before = len(updates)
+            for i in range(300):
+                await a.publish(TOPIC, b"m%03d" % i + b"x" * 200)
+            await wait_until(lambda: len(got) == 300, what="300 messages")
+            assert len(updates) - before <= 310, len(updates) - before  # 900 with py-libp2p's default
