@@ -18,6 +18,8 @@ sleeping task, never the Swarm's slot, handler and upgrade work. Evicting or tim
 closes its *socket*; it never cancels the Swarm's handler task.
 The handler then fails its read and runs its normal cleanup, which releases the Swarm's slot and the
 resource manager's count (cancelling it instead skips that cleanup at its first await and leaks both).
+After a handshake succeeds the handler only waits for the Swarm to stop, holding its slot: that wait
+is cancelled when the connection closes (`disconnected`), which gives the slot back.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ class ConnGuard(ConnectionNotifee):
         self._is_known: KnownFn = lambda peer: False
         self._sockets: dict[Hashable, Any] = {}  # pending key -> accepted socket
         self._since: dict[INetConn, float] = {}  # established connections -> when
+        # The Swarm's handler of each accepted socket, by its key, and the key of each established
+        # inbound connection: once that connection closes, its handler is let go (`disconnected`).
+        self._handlers: dict[Hashable, trio.CancelScope] = {}
+        self._inbound_keys: dict[INetConn, Hashable] = {}
 
     def set_known(self, fn: KnownFn) -> None:
         """fn(peer_id) -> True for peers that get the reserved slots and are never trimmed."""
@@ -119,17 +125,21 @@ class ConnGuard(ConnectionNotifee):
                 await close_quietly(sock)
                 return
             self._sockets[key] = sock
+            handled = self._handlers[key] = trio.CancelScope()
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._deadline, key, sock)
                     try:
                         if await first_bytes(sock):
                             self.gate.heard(key)
-                            await handler(sock)
+                            with handled:
+                                await handler(sock)
                     finally:
                         nursery.cancel_scope.cancel()
             finally:
                 self._sockets.pop(key, None)
+                if self._handlers.get(key) is handled:
+                    del self._handlers[key]
                 self.gate.done(key)
 
         return gated
@@ -150,6 +160,7 @@ class ConnGuard(ConnectionNotifee):
             self.gate.done(key)
         if getattr(conn, "direction", None) != Direction.INBOUND or key is None:
             return
+        self._inbound_keys[conn] = key
         peer = str(conn.muxed_conn.peer_id)
         known = self._safe_known(peer)
         inbound = [c for c in network.get_connections() if getattr(c, "direction", None) == Direction.INBOUND]
@@ -185,3 +196,13 @@ class ConnGuard(ConnectionNotifee):
 
     async def disconnected(self, network: INetwork, conn: INetConn) -> None:
         self._since.pop(conn, None)
+        key = self._inbound_keys.pop(conn, None)
+        handler = self._handlers.pop(key, None) if key is not None else None
+        if handler is not None:
+            # py-libp2p 0.8.1 bug: once an inbound handshake succeeds, Swarm's handler waits for the
+            # whole Swarm to stop (`manager.wait_finished()`) while holding one of its 250 inbound
+            # slots, so every connection a node ever accepted kept one and the 251st dialer was
+            # refused. Its connection is closed now; cancelling the wait lets the handler's `finally`
+            # give the slot back (and frees its socket objects). The handshake is long over, so no
+            # cleanup of its is skipped.
+            handler.cancel()

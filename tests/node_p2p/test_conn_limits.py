@@ -147,3 +147,22 @@ async def test_reserved_slots_and_trimming_on_a_live_host():
         await wait_until(lambda: set(host.connected_peers()) == {dialers[0].peer_id, dialers[3].peer_id,
                                                                  dialers[4].peer_id}, what="trim")
         assert host.stats.connections_refused["trimmed"] == 1
+
+
+async def test_closed_inbound_connections_give_back_the_swarms_slot():
+    """py-libp2p 0.8.1's Swarm takes one of its inbound slots (max_connections - min_connections, 250)
+    for each accepted socket, and once the handshake succeeds its handler waits for the *Swarm* to stop
+    before giving it back: every inbound connection a node ever accepted kept a slot, and a long-lived
+    node refused every dialer after its 250th. The slot is cut to 3 here; 8 dial-and-close rounds."""
+    async with open_hosts(1, "slots") as (host,), open_hosts(1, "redialer") as (dialer,):
+        swarm = host._host.get_network()
+        swarm._inbound_limiter = trio.CapacityLimiter(3)
+        addr = host.listen_addrs()[0]
+        for round_ in range(8):
+            with trio.fail_after(10):
+                await dialer.connect(addr)
+                await wait_until(lambda: dialer.peer_id in host.connected_peers(), what=f"round {round_} connected")
+                await dialer.disconnect(host.peer_id)
+                await wait_until(lambda: dialer.peer_id not in host.connected_peers(), what=f"round {round_} closed")
+                await wait_until(lambda: swarm._inbound_limiter.borrowed_tokens == 0, what=f"round {round_} slot back")
+        assert host.stats.connections_refused.get("full", 0) == 0
