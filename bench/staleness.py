@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.run import prepare  # noqa: E402
 from simulator import compose  # noqa: E402
+from simulator.run import prepare  # noqa: E402
 from simulator.scenario import Scenario  # noqa: E402
 from simulator.trace import Trace  # noqa: E402
 
