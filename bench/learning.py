@@ -344,7 +344,7 @@ def evaluate_points(table: dict, name: str, points: list[dict], n_heldout: int, 
     for p in points:
         w = p.pop("weights")
         if w is None:
-            p["greedy"] = p["sampled"] = None
+            p["greedy"] = p["greedy_exact"] = p["sampled"] = None
             continue
         data = w if isinstance(w, bytes) else Path(w).read_bytes()
         digest = _tensors_digest(data)
@@ -354,9 +354,10 @@ def evaluate_points(table: dict, name: str, points: list[dict], n_heldout: int, 
         if cache is not None:
             cache[digest] = acc
         p["greedy"] = round(acc["greedy"], 4)
+        p["greedy_exact"] = round(acc["greedy_exact"], 4)
         p["sampled"] = round(acc["sampled"], 4) if acc["sampled"] is not None else None
         say(f"eval {name}: wall {p['wall_s']:6.1f}s completions {p['completions_sampled']:6d} "
-            f"greedy {p['greedy']:.3f} sampled {p['sampled']}")
+            f"greedy {p['greedy']:.3f} (full marks {p['greedy_exact']:.3f}) sampled {p['sampled']}")
 
 
 def _tensors_digest(data: bytes) -> str:
@@ -473,8 +474,14 @@ def gain_verdicts(swarm: dict | None, single: dict, control: dict | None) -> dic
             return "missed"
         return "met" if floor is None or gain > floor else "missed (within the noise floor)"
 
+    exact_base = si[0].get("greedy_exact") if si else None
+    exact_best = {k: max((p["greedy_exact"] for p in r["points"] if p.get("greedy_exact") is not None), default=None)
+                  for k, r in runs.items()}
     return {
         "base_greedy": base, "best_greedy": best, "gain_over_base": gains, "noise_floor": floor,
+        "full_marks": {"base": exact_base, "best": exact_best, "gain_over_base": {
+            k: round(b - exact_base, 4) if b is not None and exact_base is not None else None
+            for k, b in exact_best.items()}},
         "gain_target": {"target": f">= +{want} and > noise floor",
                         "result": {k: result(g) for k, g in gains.items()}},
         "time_to_single_best": {

@@ -3,11 +3,12 @@
     python -m trainer.evaluate --task my-task.toml [--weights PEER_DIR/blobs/<digest>] [--prompts 256]
 
     evaluate_weights(blob_path_or_state_dict, "builtin:digit-sort-tiny", "digit-sort")
-    -> {"greedy": 0.41, "sampled": 0.27}
+    -> {"greedy": 0.41, "greedy_exact": 0.39, "sampled": 0.27}
 
 Greedy is one argmax completion per held-out prompt; sampled is one seeded temperature-1 sample per
-prompt (seeds fixed by `seed_tag`, so two versions are compared on the same noise). Both use the
-same reward checker as training, on the held-out split that training never sees. `params`: the
+prompt (seeds fixed by `seed_tag`, so two versions are compared on the same noise). Both are the mean
+of the same reward checker as training, on the held-out split that training never sees; greedy_exact
+is the fraction of greedy replies with full marks (a task's partial credit left out). `params`: the
 task's params, whose `env.*` options configure the environment (a reasoning-gym task's difficulty).
 """
 
@@ -22,7 +23,7 @@ from swarm.taskparams import env_options
 from trainer.envs import Environment, get_env
 from trainer.inference import TorchBackend
 from trainer.policy import base_model, load_weights
-from trainer.rollout import accuracy
+from trainer.rollout import accuracy, heldout_rewards
 
 
 def evaluate_weights(weights: str | os.PathLike | bytes | dict, model: str = "builtin:digit-sort-tiny",
@@ -46,8 +47,8 @@ def evaluate_weights(weights: str | os.PathLike | bytes | dict, model: str = "bu
     backend = TorchBackend(net.to(device).eval(), tokenizer.eos_token_id, tokenizer.pad_token_id,
                            capture_hidden=False)
     with torch.no_grad():
-        return {"greedy": accuracy(env, tokenizer, backend, n_heldout, temperature=0.0,
-                                   max_new_tokens=max_new_tokens),
+        greedy = heldout_rewards(env, tokenizer, backend, n_heldout, temperature=0.0, max_new_tokens=max_new_tokens)
+        return {"greedy": sum(greedy) / n_heldout, "greedy_exact": sum(r >= 1.0 for r in greedy) / n_heldout,
                 "sampled": accuracy(env, tokenizer, backend, n_heldout, temperature=1.0,
                                     max_new_tokens=max_new_tokens, seed_tag=seed_tag) if sampled else None}
 

@@ -60,7 +60,15 @@ def accuracy(env: Environment, tokenizer, backend: Backend, n: int = 256, split:
              temperature: float = 0.0, max_new_tokens: int = 10, seed_tag: str = "eval") -> float:
     """Mean task reward over held-out prompts 0..n-1: greedy when temperature is 0, else one
     seeded sample per prompt."""
+    rewards = heldout_rewards(env, tokenizer, backend, n, split, temperature, max_new_tokens, seed_tag)
+    return sum(rewards) / n
+
+
+def heldout_rewards(env: Environment, tokenizer, backend: Backend, n: int = 256, split: str = "heldout",
+                    temperature: float = 0.0, max_new_tokens: int = 10, seed_tag: str = "eval") -> list[float]:
+    """Each of prompts 0..n-1's task reward, so a caller can count full marks as well as the mean
+    (reasoning-gym gives partial credit: 0.5 for a wrong number that contains the right one)."""
     rollouts = generate_rollouts(env, tokenizer, backend, list(range(n)), samples=1,
                                  max_new_tokens=max_new_tokens, temperature=temperature,
                                  split=split, task_id=seed_tag)
-    return sum(env.reward(r.prompt, r.text, r.completion.finished) for r in rollouts) / n
+    return [env.reward(r.prompt, r.text, r.completion.finished) for r in rollouts]

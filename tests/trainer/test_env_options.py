@@ -52,3 +52,20 @@ def test_evaluate_weights_builds_the_environment_with_the_task_options(monkeypat
         trainer.evaluate.evaluate_weights(net.state_dict(), "builtin:digit-sort-tiny", "reasoning-gym:basic_arithmetic",
                                           params={"lr": 1e-5, "env.basic_arithmetic.max_terms": 2})
     assert seen == [("reasoning-gym:basic_arithmetic", {"basic_arithmetic.max_terms": 2})]
+
+
+def test_held_out_scores_count_full_marks_apart_from_partial_credit():
+    """reasoning-gym gives 0.5 for a wrong number that contains the right one: the mean reward alone
+    would read that as half an answer right, so the score also says how many replies got full marks."""
+    from trainer.envs import DigitSort
+    from trainer.evaluate import evaluate_weights
+    from trainer.model import create_builtin_model
+
+    class HalfMarks(DigitSort):
+        def reward(self, prompt, completion_text, finished=True):
+            return 1.0 if prompt.index % 4 == 0 else 0.5
+
+    net, _ = create_builtin_model(0)
+    scores = evaluate_weights(net.state_dict(), env=HalfMarks(), n_heldout=16, sampled=False)
+    assert scores["greedy"] == (4 * 1.0 + 12 * 0.5) / 16
+    assert scores["greedy_exact"] == 4 / 16
