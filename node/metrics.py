@@ -136,6 +136,12 @@ def _message_metrics(m: _Families, snap: dict) -> None:
     m.counter("messages_accepted_total", "Gossip messages accepted.", messages.get("accepted"))
     for reason, count in sorted(_dict(messages.get("rejected")).items()):
         m.counter("messages_rejected_total", "Gossip messages rejected, by reason.", count, reason=reason)
+    m.counter("messages_excused_total", "Rejections not charged to the sender: the backlog after a stall of "
+              "this node's own.", messages.get("excused"))
+    stalls = _dict(snap.get("stalls"))
+    m.counter("stalls_total", "Times this node was not running for over 5 s (its timers fired that late).",
+              stalls.get("stalls"))
+    m.gauge("stall_longest_seconds", "This node's longest stall.", stalls.get("longest_s"))
     gossip = _dict(snap.get("gossip"))
     for topic, row in sorted(_dict(gossip.get("topics")).items()):
         row = _dict(row)

@@ -20,7 +20,7 @@ RECORDED = frozenset({"version-published", "rollout-trained", "rollout-dropped",
                       "rollouts-committed", "peer-banned", "job-failed", "task-learned", "shards-complete",
                       "shard-rejected", "version-mirrored", "trainer-standby", "trainer-takeover",
                       "trainer-stepped-down", "checkpoint-published", "checkpoint-fetched", "checkpoint-dropped",
-                      "verdict", "quorum-short", "quorum-timeout", "check-refused", "task-refused"})
+                      "verdict", "quorum-short", "quorum-timeout", "check-refused", "task-refused", "stalled"})
 FILE = "records.jsonl"
 
 

@@ -18,6 +18,7 @@ from gossip.messages import Message, RolloutCommitment, WeightManifest
 from gossip.release import CURRENT, Release
 from swarm.io import Dial, Publish, RunJob, SendRequest
 from swarm.rng import Rng, stable_seed
+from swarm.stall import StallWatch
 from swarm.taskparams import TaskParams
 
 if TYPE_CHECKING:
@@ -68,8 +69,9 @@ class RoleContext:
     def __init__(self, identity: Identity, roles: tuple[str, ...], seed: int, *, membership: Membership,
                  ledger: ReputationLedger, tasks: TaskBook, versions: dict[str, int], blobs: BlobRefs,
                  timers: Timers, seen: SeenCache, stats: GossipStats, trust: Trust, pending: Pending,
-                 chains: Chains, release: Release = CURRENT) -> None:
-        self.release = release  # what this peer speaks: a task may need capabilities it lacks (refusal.py)
+                 chains: Chains, release: Release = CURRENT, stall: StallWatch | None = None) -> None:
+        self.release = release
+        self._stall = stall or StallWatch()  # what this peer speaks: a task may need capabilities it lacks (refusal.py)
         self._identity = identity
         self._roles = roles
         self._seed = seed
@@ -88,6 +90,16 @@ class RoleContext:
 
     def attach_shards(self, shards) -> None:
         self._shards = shards
+
+    @property
+    def awake_since(self) -> float:
+        """When this peer last woke from a stall of its own (swarm/stall.py); -inf if it never stalled."""
+        return self._stall.awake_since
+
+    def excused(self, now: float) -> bool:
+        """Whether this peer is still working through the backlog of its own stall: what looks like a
+        peer's lateness, or a piece it no longer holds, is then this peer's doing (swarm/stall.py)."""
+        return self._stall.excused(now)
 
     # ---- who we are
 

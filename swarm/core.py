@@ -43,6 +43,7 @@ from swarm.roles.trainer import TrainerRole
 from swarm.roles.validator import ValidatorRole
 from swarm.roles.worker import WorkerRole
 from swarm.rng import Rng
+from swarm.stall import StallWatch
 from swarm.stats import GossipStats
 from swarm.taskparams import TaskParams
 from swarm.tasks import TaskBook
@@ -91,7 +92,8 @@ class PeerCore:
         self.ledger = ReputationLedger()
         self.seen = SeenCache(config.seen_capacity, config.seen_ttl)
         self.stats = GossipStats()
-        self.membership = Membership(self.peer_id, config.membership, release)
+        self.stall = StallWatch()  # our own stalls (swarm/stall.py): seen in how late our timers fire
+        self.membership = Membership(self.peer_id, config.membership, release, self.stall)
         self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
@@ -106,11 +108,11 @@ class PeerCore:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
         opener = envelope_memo.open if envelope_memo is not None else partial(open_envelope, kinds=release.kinds)
         self.intake = Intake(self.peer_id, config, opener, self.ledger, self.seen, self.stats, self.trust.penalise,
-                             release, self.membership.announced)
+                             release, self.membership.announced, self.stall)
         self.context = ctx = RoleContext(
             identity, config.roles, seed, membership=self.membership, ledger=self.ledger, tasks=self.tasks,
             versions=self.versions, blobs=self.blobs, timers=self.timers, seen=self.seen, stats=self.stats,
-            trust=self.trust, pending=self.pending, chains=self.chains, release=release)
+            trust=self.trust, pending=self.pending, chains=self.chains, release=release, stall=self.stall)
         self.roles: list[Role] = [ROLE_CLASSES[r](ctx) for r in config.roles if r in ROLE_CLASSES]
         self.shards = ShardsRole(ctx, ctx.rng("shards"))  # every peer serves what it holds
         ctx.attach_shards(self.shards)
@@ -127,6 +129,12 @@ class PeerCore:
         return self.timers.next_deadline()
 
     def handle(self, now: float, inp: object) -> list:
+        late = self.stall.observe(now, self.timers.next_deadline())
+        if late is not None:  # after the verdict a MessageReceived's answer starts with
+            return self._handle(now, inp) + [Emit("stalled", {"seconds": round(late, 3)})]
+        return self._handle(now, inp)
+
+    def _handle(self, now: float, inp: object) -> list:
         if isinstance(inp, MessageReceived):
             return self.intake.receive(now, inp, self._dispatch)
         if isinstance(inp, Tick):

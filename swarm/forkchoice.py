@@ -121,9 +121,10 @@ class ForkChoice:
             self.head, self.head_version = (term, rank), max(version, self.head_version
                                                              if self.head == (term, rank) else -1)
 
-    def silent_for(self, now: float) -> float:
-        """Seconds since the head's trainer was last heard (infinite before any manifest)."""
-        return now - self.heard[self.head] if self.head is not None else float("inf")
+    def silent_for(self, now: float, awake_since: float = float("-inf")) -> float:
+        """Seconds since the head's trainer was last heard (infinite before any manifest), counted from
+        `awake_since` at the latest: a silence this peer slept through (swarm/stall.py) is not the trainer's."""
+        return now - max(self.heard[self.head], awake_since) if self.head is not None else float("inf")
 
     def snapshot(self) -> dict:
         return {"term": self.head[0] if self.head else None, "rank": self.head[1] if self.head else None,

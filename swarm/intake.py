@@ -32,17 +32,23 @@ from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm.io import MessageReceived, MessageVerdict
 from swarm.ratelimit import TokenBuckets
+from swarm.stall import StallWatch
 from swarm.stats import GossipStats
 
 ACCEPTED = MessageVerdict(True)  # frozen: one instance serves every accepted message
 FOREIGN_RATE, FOREIGN_BURST = 1.0, 20.0  # other-major messages/s one forwarder may hand us for free
+# Refusals a backlog after our own stall produces from honest peers' traffic (swarm/stall.py): late,
+# repeated, or about something we dropped while catching up.
+LATENESS = frozenset({errors.DUPLICATE, errors.OUT_OF_WINDOW, errors.STALE, errors.UNKNOWN_COMMITMENT})
 
 
 class Intake:
     def __init__(self, peer_id: str, config, open_envelope: Callable, ledger: ReputationLedger, seen: SeenCache,
                  stats: GossipStats, penalise: Callable, release: Release = CURRENT,
-                 announced: Callable[[str], Announced | None] = lambda peer: None) -> None:
+                 announced: Callable[[str], Announced | None] = lambda peer: None,
+                 stall: StallWatch | None = None) -> None:
         self.peer_id = peer_id
+        self.stall = stall or StallWatch()  # after our own stall, lateness is ours: refused, not penalised
         self.release = release
         self.announced = announced  # what a peer's last heartbeat said it speaks (None: never heard)
         self.foreign = TokenBuckets(FOREIGN_RATE, FOREIGN_BURST)  # keyed by forwarder
@@ -58,6 +64,7 @@ class Intake:
         # One count per message and verdict, as the host counts its validator's answers (status shows both).
         self.accepted = 0
         self.rejected: Counter = Counter()  # reason -> messages
+        self.excused = 0  # refusals for lateness not penalised because we had stalled (swarm/stall.py)
 
     def receive(self, now: float, inp: MessageReceived, dispatch: Callable) -> list:
         """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder, net)` made
@@ -108,6 +115,9 @@ class Intake:
                 blame = forwarder  # signed in its window; whoever delivers it late is at fault
             self.rejected[rej.reason] += 1
             self.stats.on_received(inp.topic, len(inp.data), accepted=False)
+            if rej.reason in LATENESS and self.stall.excused(now):
+                self.excused += 1
+                return [MessageVerdict(False, rej.reason)]
             return [MessageVerdict(False, rej.reason)] + self.penalise(now, blame, rej)
         self.accepted += 1
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)

@@ -24,6 +24,7 @@ from gossip.messages import PeerAddrs, StatusHeartbeat
 from gossip.release import CURRENT, Announced, Release
 from swarm.io import Dial, Disconnect, Emit
 from swarm.rng import Rng
+from swarm.stall import StallWatch
 
 ALIVE, GONE, KNOWN = "alive", "gone", "known"
 _PLAIN = Announced()  # what a heartbeat that announces nothing says: 1.0, no capabilities (shared)
@@ -88,10 +89,12 @@ class Membership:
     deadlines wait in a heap (`_due`, re-checked exactly when they pop, stale ones skipped) and the
     connected peers are counted as links open and close (`_linked`)."""
 
-    def __init__(self, self_id: str, config: MembershipConfig, release: Release = CURRENT) -> None:
+    def __init__(self, self_id: str, config: MembershipConfig, release: Release = CURRENT,
+                 stall: StallWatch | None = None) -> None:
         self.self_id = self_id
         self.config = config
         self.release = release
+        self.stall = stall or StallWatch()  # our own stalls: silence we slept through is not held against peers
         self.peers: dict[str, PeerInfo] = {}
         # (when, peer, last_seen then): when the peer may turn gone (ALIVE) or be forgotten (GONE). An
         # entry whose last_seen is no longer the peer's is stale (a newer one was pushed).
@@ -218,20 +221,23 @@ class Membership:
             popped.add(peer)
         effects: list = []
         later: list[tuple[float, str, float]] = []
+        awake_since = self.stall.awake_since
         for peer in sorted(popped):
             info = peers[peer]
-            if info.state == ALIVE and now - info.last_seen > self.gone_threshold(info):
+            silent = now - max(info.last_seen, awake_since)  # a silence we slept through does not count
+            if info.state == ALIVE and silent > self.gone_threshold(info):
                 info.state = GONE
                 info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
                     effects.append(Disconnect(peer, "silent"))
                 later.append((info.last_seen + cfg.forget_after, peer, info.last_seen))
-            elif info.state == GONE and not info.connected and now - info.last_seen > cfg.forget_after:
+            elif info.state == GONE and not info.connected and silent > cfg.forget_after:
                 del peers[peer]
                 self._addressed.discard(peer)
-            else:  # not quite due (float slack), or gone but still linked: look again later
-                when = info.last_seen + (self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
+            else:  # not quite due (float slack), gone but still linked, or heard of before we stalled: later
+                when = max(info.last_seen, awake_since) + (
+                    self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
                 later.append((max(when, now + slack * 2), peer, info.last_seen))
         for entry in later:
             heapq.heappush(due, entry)

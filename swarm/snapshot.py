@@ -33,7 +33,9 @@ def status(core, now: float) -> dict:
         "work": work,
         "gossip": core.stats.snapshot(),
         # gossip messages by verdict, one count each (the host's validator counters match these)
-        "messages": {"accepted": core.intake.accepted, "rejected": dict(sorted(core.intake.rejected.items()))},
+        "messages": {"accepted": core.intake.accepted, "rejected": dict(sorted(core.intake.rejected.items())),
+                     "excused": core.intake.excused},
+        "stalls": core.stall.snapshot(),  # this node's own pauses (swarm/stall.py)
         "penalties": dict(sorted(ledger.totals_rejected.items())),  # every charge, requests and streams too
         "reputation": ledger.snapshot()["peers"],
         "banned": ledger.banned_peers(),

@@ -217,7 +217,9 @@ class ShardsRole(Role):
                     effects += owner.on_shards_done(now, a.root)
             elif isinstance(a, Blame):
                 effects.append(Emit("shard-rejected", {"peer": a.peer, "reason": a.reason, "detail": a.detail}))
-                if a.reason != errors.WITHHELD or self.ctx.reputation(a.peer) > -40:
+                # withheld: capped (an honest holder times out under load), and not charged while we work
+                # through a stall's backlog (it names versions its holders have since let go)
+                if a.reason != errors.WITHHELD or (self.ctx.reputation(a.peer) > -40 and not self.ctx.excused(now)):
                     effects += self.ctx.penalise(now, a.peer, Rejected(a.reason, a.detail))
         if self.exchange.downloads:
             effects += self.reach_holders(now)

@@ -71,7 +71,7 @@ def check(ctx, role, now: float, state, task_keys: tuple[bytes, ...]) -> list:
     if state.active:
         return []
     fork = ctx.chain(state.spec.task_id)
-    wait, silent = patience(ctx, state, task_keys), fork.silent_for(now)
+    wait, silent = patience(ctx, state, task_keys), fork.silent_for(now, ctx.awake_since)
     if state.policy.newest_held() is None or silent < wait:
         left = wait - silent if silent < wait else state.params.takeover_s
         ctx.timer(timer_name(state.spec.task_id), now + max(MIN_RECHECK, left))
@@ -105,7 +105,7 @@ def take_over(ctx, role, now: float, state) -> list:
     fork = ctx.chain(state.spec.task_id)
     policy = state.policy
     newest = policy.newest_held()
-    old_term, silent = policy.term, fork.silent_for(now)
+    old_term, silent = policy.term, fork.silent_for(now, ctx.awake_since)
     state.term = max(fork.max_term, state.term) + 1
     state.takeovers += 1
     state.version = max(fork.max_version, newest)

@@ -105,9 +105,11 @@ def heard(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint, signer: str) 
     have = max((x.version for x in (cps.newest, cps.fetching, cps.queued) if x is not None), default=-1)
     if c.version <= have and not _other_chain(cps, c):
         return []
-    if cps.fetching is not None and not _other_chain(cps, c) and now - cps.fetch_started < STUCK_AFTER:
+    if cps.fetching is not None and not _other_chain(cps, c) and now - cps.fetch_started < STUCK_AFTER \
+            and cps.fetch_started >= ctx.awake_since:
         cps.queued = c  # a fetch replaced by every newer checkpoint might never finish: finish it, then this
         return []
+    # (a fetch begun before our own stall is given up: its checkpoint has likely stopped being served)
     effects = []
     if cps.fetching is not None and cps.fetching.root != c.root:
         effects += ctx.release_shards(now, cps.fetching.root, cps)

@@ -1,5 +1,6 @@
 """SIGKILL the active trainer of a real swarm: a standby takes over, learning goes on, the dead one
-comes back as a standby.
+comes back as a standby. Before that, the standby is SIGSTOPped for three takeover periods: it wakes
+without taking over from the live trainer or banning anyone (swarm/stall.py).
 
 Three real peer processes on 127.0.0.1, as `swarm-node local --peers 3 --trainers 2` lays them out
 but started one by one so the test can kill and restart exactly one: peer0 the bootstrap worker (it
@@ -89,6 +90,15 @@ def test_killed_trainer_is_replaced_by_its_standby_and_returns_as_one(tmp_path):
         table = {"task": {**TASK["task"], "trainers": [ids[1], ids[2]]}}  # rank 0 peer1, rank 1 peer2
         task_id = control.call(dirs[0], "announce-task", {"task": table})["task_id"]
 
+        # the standby stops running for three takeover periods (SIGSTOP: an overloaded or suspended
+        # machine) and wakes to overdue timers and a backlog: a stall, not the trainer's silence
+        wait_for(lambda: newest(dirs[2], "version-installed") >= 2, 300, "the standby to follow the chain")
+        os.kill(procs[2].pid, signal.SIGSTOP)
+        time.sleep(3 * TAKEOVER_AFTER)
+        os.kill(procs[2].pid, signal.SIGCONT)
+        [stalled] = wait_for(lambda: records(dirs[2], "stalled"), 30, "the standby to notice its own stall")
+        assert stalled["seconds"] >= 2 * TAKEOVER_AFTER, stalled
+
         # a few versions, the standby holding the newest one the trainer has published and a trainer
         # checkpoint with optimizer moments (the first step's may have none: its batches can carry no signal)
         wait_for(lambda: newest(dirs[1], "version-published") >= KILL_AFTER
@@ -121,6 +131,7 @@ def test_killed_trainer_is_replaced_by_its_standby_and_returns_as_one(tmp_path):
         # the standby publishes within takeover_after + one version period of the kill: it checked the
         # batches it heard while standing by (standby_checks), so its job process has the model loaded and
         # its first step needs no fetch or check; the checkpoint it fetched gives it the optimizer state
+        assert records(dirs[2], "stalled") == [stalled], "one stall, and it took nothing over"
         assert takeover["ts"] - killed_at <= TAKEOVER_AFTER + period
         assert first["ts"] - killed_at <= TAKEOVER_AFTER + period
         fetched = [r["version"] for r in read_records(dirs[2], "checkpoint-fetched") if r["ts"] < takeover["ts"]]
@@ -166,6 +177,7 @@ def test_killed_trainer_is_replaced_by_its_standby_and_returns_as_one(tmp_path):
             chain = trainers_seen_by(d)
             assert (chain["active"]["peer_id"], chain["active"]["term"]) == (ids[2], 1), chain
             assert chain["self"]["state"] == ("standby" if d == dirs[1] else "active"), chain
+        assert [r for d in dirs for r in read_records(d, "peer-banned")] == []  # the stall's backlog included
     finally:
         codes = stop_processes(list(procs.values()))
     assert codes == [0, 0, 0], codes

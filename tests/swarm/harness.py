@@ -82,6 +82,7 @@ class MemoryNet:
         self.cut: set[frozenset] = set()  # pairs that cannot dial each other (a partition)
         self.job_seconds = 0.5  # jobs take virtual time, as real ones do
         self._delayed: list[tuple[float, int, str, object]] = []
+        self.frozen: dict[str, list] = {}  # peer -> inputs queued while it is not running (`freeze`)
 
     def addr(self, peer: str) -> str:
         return f"/mem/{peer}"
@@ -113,11 +114,27 @@ class MemoryNet:
                     (other,) = link - {peer}
                     self.disconnect(peer, other)
 
+    def freeze(self, peer: str) -> None:
+        """The peer stops running but keeps its links (an overloaded or suspended machine): what is sent
+        to it queues, as in its sockets, and its timers do not fire."""
+        self.frozen.setdefault(peer, [])
+
+    def thaw(self, peer: str) -> None:
+        """It runs again: its overdue timers first (a runtime may wake either way; this is the order that
+        tests a stalled peer's judgement), then everything that queued, in order."""
+        backlog = self.frozen.pop(peer)
+        self.deliver(peer, Tick())
+        for inp in backlog:
+            self.deliver(peer, inp)
+
     def neighbours(self, peer: str) -> list[str]:
         return sorted(next(iter(link - {peer})) for link in self.links if peer in link)
 
     def deliver(self, peer: str, inp) -> list:
         if peer in self.down:
+            return []
+        if peer in self.frozen:
+            self.frozen[peer].append(inp)
             return []
         effects = self.cores[peer].handle(self.now, inp)
         for effect in effects:
@@ -133,6 +150,9 @@ class MemoryNet:
         while self._pending:
             peer, inp = self._pending.popleft()
             if peer in self.down:
+                continue
+            if peer in self.frozen:
+                self.frozen[peer].append(inp)
                 continue
             for effect in self.cores[peer].handle(self.now, inp):
                 self._carry_out(peer, inp, effect)
@@ -273,7 +293,7 @@ class MemoryNet:
         end = self.now + seconds
         while True:
             deadlines = [(c.next_deadline(), p) for p, c in sorted(self.cores.items())
-                         if p not in self.down and c.next_deadline() is not None]
+                         if p not in self.down and p not in self.frozen and c.next_deadline() is not None]
             at = min([d for d, _ in deadlines] + [d[0] for d in self._delayed], default=None)
             if at is None or at > end:
                 break
