@@ -166,19 +166,36 @@ def check_peers(snap: dict | None) -> list[Check]:
     heartbeats are rejected as out-of-window."""
     if snap is None:
         return []
+    stalls = check_stalls(snap)
     offsets = {p["peer_id"]: p["clock_offset_ms"] / 1000 for p in snap.get("peers", [])
                if p.get("state") == "alive" and p.get("clock_offset_ms") is not None}
-    rejected = (snap.get("messages") or {}).get("rejected", {}).get("out-of-window", 0)
+    # after a stall of our own, late heartbeats are our backlog, not a skewed clock
+    rejected = 0 if stalls else (snap.get("messages") or {}).get("rejected", {}).get("out-of-window", 0)
+    return [_check_clock(offsets, rejected), *stalls]
+
+
+def check_stalls(snap: dict) -> list[Check]:
+    """The node's own pauses (swarm/stall.py): its timers fired over 5 s late."""
+    seen = snap.get("stalls") or {}
+    if not seen.get("stalls"):
+        return []
+    return [Check("stalls", WARN, f"this node was not running {seen['stalls']} time(s), the longest "
+                                  f"{seen.get('longest_s', 0):.0f} s (its timers fired that late)",
+                  "the machine is overloaded, swapping or was suspended: give the node a core of its own "
+                  "(fewer --job-threads, other work niced) or more memory")]
+
+
+def _check_clock(offsets: dict[str, float], rejected: int) -> Check:
     if not offsets:
-        return [Check("clock", OK if not rejected else WARN, f"no heartbeat timings yet; {rejected} out-of-window",
-                      "" if not rejected else "sync this machine's clock (timedatectl set-ntp true)")]
+        return Check("clock", OK if not rejected else WARN, f"no heartbeat timings yet; {rejected} out-of-window",
+                     "" if not rejected else "sync this machine's clock (timedatectl set-ntp true)")
     worst = max(offsets, key=lambda p: abs(offsets[p]))
     found = (f"heartbeat delay from {len(offsets)} peers: worst {offsets[worst] * 1000:+.0f} ms ({worst[:16]}..), "
              f"{rejected} rejected as out-of-window")
     if abs(offsets[worst]) > SKEW_WARN or offsets[worst] < -0.05 or rejected:
-        return [Check("clock", WARN, found, "clocks differ: sync this machine (timedatectl set-ntp true) and ask "
-                                            "that peer's operator to")]
-    return [Check("clock", OK, found)]
+        return Check("clock", WARN, found, "clocks differ: sync this machine (timedatectl set-ntp true) and ask "
+                                           "that peer's operator to")
+    return Check("clock", OK, found)
 
 
 def main(cfg: NodeConfig) -> int:

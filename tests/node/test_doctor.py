@@ -81,6 +81,16 @@ def test_clock_skew_from_heartbeat_delays():
     assert doctor.check_peers(snap(out_of_window=3))[0].level == doctor.WARN
 
 
+def test_a_node_that_stalled_is_told_its_machine_is_too_busy_not_its_clock():
+    stalled = {"peers": [{"peer_id": "peer" * 4, "state": "alive", "clock_offset_ms": 4.0}],
+               "messages": {"rejected": {"out-of-window": 40}}, "stalls": {"stalls": 2, "longest_s": 41.7}}
+    clock, stalls = doctor.check_peers(stalled)
+    assert clock.level == doctor.OK, "its late backlog is no sign of a skewed clock"
+    assert stalls.level == doctor.WARN and "2 time(s)" in stalls.found and "42 s" in stalls.found
+    assert "overloaded" in stalls.next_step
+    assert [c.name for c in doctor.check_peers({**stalled, "stalls": {"stalls": 0}})] == ["clock"]
+
+
 def test_main_exits_non_zero_on_a_failure(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(doctor, "check_torch", lambda: doctor.Check("torch", doctor.OK, "torch (test)"))
     monkeypatch.setattr(doctor, "check_toploc", lambda: doctor.Check("toploc", doctor.OK, "toploc (test)"))
