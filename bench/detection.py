@@ -3,11 +3,14 @@
     python bench/detection.py --model builtin              # detection JSON on stdout
     python bench/detection.py --model smollm2 --calibrate  # re-measure, rewrite proofs/calibration/
     python bench/detection.py --model builtin --rederive   # new threshold rule, stored measurements
+    python bench/detection.py --model smollm2 --env reasoning-gym:chain_sum --param env.chain_sum.max_terms=2
 
 Models: "builtin" is the built-in tiny Llama warmed up on digit sorting (seed 0; the other-model
 cheat is the same recipe from seed 1); "smollm2" is SmolLM2-135M-Instruct on chat arithmetic
 (the other-model cheat is SmolLM2 with its upper half of layers dropped: a cheaper model with
-the same tokenizer).
+the same tokenizer). `--env` (with `--param env.<task>.<option>=VALUE`, as tasks announce them) puts
+SmolLM2 on another environment, e.g. a reasoning-gym task: the validator then rebuilds its prompts and
+recomputes its rewards with that generator; the calibration stays the model's own.
 
 Calibration (--calibrate) runs honest workers in three settings and the low-precision cheats:
   honest-exact  the validator's own weights and numerics (what this CPU gives: errors are 0)
@@ -73,8 +76,9 @@ class Timed:
 
 
 class Setup:
-    def __init__(self, name: str):
-        from trainer.envs import ChatArithmetic, DigitSort
+    def __init__(self, name: str, env: str | None = None, params: dict | None = None, max_new_tokens: int = 16):
+        from swarm.taskparams import env_options
+        from trainer.envs import ChatArithmetic, DigitSort, get_env
         from trainer.inference import TorchBackend
         from trainer.rollout import completion_text, score
 
@@ -87,13 +91,14 @@ class Setup:
         else:
             from trainer.model import load_smollm2
 
-            self.model_name, self.env = "SmolLM2-135M-Instruct", ChatArithmetic()
+            self.model_name = "SmolLM2-135M-Instruct"
+            self.env = get_env(env, env_options(params or {})) if env else ChatArithmetic()
             self.model, self.tok = load_smollm2()
             self.other = copy.deepcopy(self.model)
             n = self.other.config.num_hidden_layers
             self.other.model.layers = self.other.model.layers[: n // 2]
             self.other.config.num_hidden_layers = n // 2
-            self.k, self.spp, max_new = 2, 4, 16
+            self.k, self.spp, max_new = 2, 4, max_new_tokens
         eos = self.tok.eos_token_id
         self.rules = Rules(f"bench-{name}", 1 << 30, self.k, 64, max_new, 1.0, eos,
                            self.model.config.vocab_size)
@@ -357,8 +362,14 @@ def main() -> None:
     ap.add_argument("--calibration-batches", type=int, default=16)
     ap.add_argument("--honest-batches", type=int, default=None, help="default: 500+ rollouts for builtin, 96 for smollm2")
     ap.add_argument("--cheat-batches", type=int, default=None)
+    ap.add_argument("--env", default=None, help="smollm2 only: another environment, e.g. reasoning-gym:chain_sum")
+    ap.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="the environment's options as a task announces them (env.<task>.<option>=VALUE)")
+    ap.add_argument("--max-new-tokens", type=int, default=16, help="smollm2's reply length (default 16)")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     args = ap.parse_args()
+    if (args.env or args.param) and (args.model != "smollm2" or args.calibrate or args.rederive):
+        ap.error("--env and --param go with --model smollm2 and no --calibrate/--rederive (calibration is the model's)")
     if args.rederive:
         name = {"builtin": "builtin:digit-sort-tiny", "smollm2": "SmolLM2-135M-Instruct"}[args.model]
         path = toploc.CALIBRATION_DIR / f"{toploc.model_key(name)}.json"
@@ -368,7 +379,10 @@ def main() -> None:
         return
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    setup = Setup(args.model)
+    from bench.learning import task_table
+    from node.taskfile import EXAMPLE
+    params = task_table(EXAMPLE, "smollm2-135m", args.env, args.param)["params"] if args.env else {}
+    setup = Setup(args.model, args.env, params, args.max_new_tokens)
     if args.calibrate:
         record = calibrate(setup, args.calibration_batches)
         path = toploc.CALIBRATION_DIR / f"{toploc.model_key(setup.model_name)}.json"
@@ -379,6 +393,8 @@ def main() -> None:
     honest = args.honest_batches or (math.ceil(512 / per_batch) if args.model == "builtin" else 12)
     cheats = args.cheat_batches or (8 if args.model == "builtin" else 3)
     result = detect(setup, honest, cheats)
+    if args.model == "smollm2":
+        result.update({"env": args.env or "chat-add", "params": params, "max_new_tokens": setup.rules.max_new_tokens})
     text = json.dumps(result, indent=1)
     print(text)
     if args.out:
