@@ -70,8 +70,8 @@ class RoleContext:
                  ledger: ReputationLedger, tasks: TaskBook, versions: dict[str, int], blobs: BlobRefs,
                  timers: Timers, seen: SeenCache, stats: GossipStats, trust: Trust, pending: Pending,
                  chains: Chains, release: Release = CURRENT, stall: StallWatch | None = None) -> None:
-        self.release = release
-        self._stall = stall or StallWatch()  # what this peer speaks: a task may need capabilities it lacks (refusal.py)
+        self.release = release  # what this peer speaks: a task may need capabilities it lacks (refusal.py)
+        self._stall = stall or StallWatch()
         self._identity = identity
         self._roles = roles
         self._seed = seed

@@ -11,8 +11,8 @@ The core's timers are how a stall shows: the runtime wakes the core at `next_dea
 periodic timer (the sweep) keeps that deadline at most a second or two ahead, so an input that comes
 more than `STALL_AFTER` seconds after the deadline means the node was not running. From then on:
 
-- silence is counted from the moment we woke (`silence`), so neighbours, tasks and the head trainer
-  get their full allowance to be heard again before they are judged gone;
+- silence is counted from the moment we woke (`awake_since`), so neighbours and the head trainer get
+  their full allowance to be heard again before they are judged gone;
 - refusals for lateness (`duplicate`, `out-of-window`, `stale`, and `unknown-commitment`: a verdict
   about a commitment dropped while catching up) cost the sender nothing until
   the backlog has had time to drain (`excused`: the stall's length again, plus `EXCUSE_AFTER`); they are
@@ -53,10 +53,6 @@ class StallWatch:
     def excused(self, now: float) -> bool:
         """Whether lateness is still ours to explain (refusals for it cost the sender nothing)."""
         return now < self.excused_until
-
-    def silence(self, now: float, last_heard: float) -> float:
-        """Seconds a peer has been silent that we were awake to hear."""
-        return now - max(last_heard, self.awake_since)
 
     def snapshot(self) -> dict:
         return {"stalls": self.stalls, "longest_s": round(self.longest, 3), "last_s": round(self.last, 3),
