@@ -90,21 +90,21 @@ def test_killed_trainer_is_replaced_by_its_standby_and_returns_as_one(tmp_path):
         table = {"task": {**TASK["task"], "trainers": [ids[1], ids[2]]}}  # rank 0 peer1, rank 1 peer2
         task_id = control.call(dirs[0], "announce-task", {"task": table})["task_id"]
 
-        # the standby stops running for three takeover periods (SIGSTOP: an overloaded or suspended
-        # machine) and wakes to overdue timers and a backlog: a stall, not the trainer's silence
-        wait_for(lambda: newest(dirs[2], "version-installed") >= 2, 300, "the standby to follow the chain")
-        os.kill(procs[2].pid, signal.SIGSTOP)
-        time.sleep(3 * TAKEOVER_AFTER)
-        os.kill(procs[2].pid, signal.SIGCONT)
-        [stalled] = wait_for(lambda: records(dirs[2], "stalled"), 30, "the standby to notice its own stall")
-        assert stalled["seconds"] >= 2 * TAKEOVER_AFTER, stalled
-
         # a few versions, the standby holding the newest one the trainer has published and a trainer
         # checkpoint with optimizer moments (the first step's may have none: its batches can carry no signal)
         wait_for(lambda: newest(dirs[1], "version-published") >= KILL_AFTER
                  and newest(dirs[2], "version-installed") >= newest(dirs[1], "version-published")
                  and any(r["bytes"] > 1 << 20 for r in read_records(dirs[2], "checkpoint-fetched")),
                  300, f"version {KILL_AFTER}, installed by the standby, and a checkpoint fetched")
+        # then the standby stops running for three takeover periods (SIGSTOP: an overloaded or suspended
+        # machine) and wakes to overdue timers and a backlog: a stall, not the trainer's silence
+        os.kill(procs[2].pid, signal.SIGSTOP)
+        time.sleep(3 * TAKEOVER_AFTER)
+        os.kill(procs[2].pid, signal.SIGCONT)
+        [stalled] = wait_for(lambda: records(dirs[2], "stalled"), 30, "the standby to notice its own stall")
+        assert stalled["seconds"] >= 2 * TAKEOVER_AFTER, stalled
+        wait_for(lambda: newest(dirs[2], "version-installed") >= newest(dirs[1], "version-published") > 0,
+                 120, "the standby to catch up with the trainer after its stall")
         jobs = descendants(procs[1].pid)
         assert jobs, "the trainer's node runs its jobs in a child process"
         os.kill(procs[1].pid, signal.SIGKILL)
