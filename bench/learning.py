@@ -443,8 +443,8 @@ def verdicts(swarm: dict, single: dict) -> dict:
     }
 
 
-def best_of(points: list[dict]) -> float | None:
-    return max((p["greedy"] for p in points if p.get("greedy") is not None), default=None)
+def best_of(points: list[dict], key: str = "greedy") -> float | None:
+    return max((p[key] for p in points if p.get(key) is not None), default=None)
 
 
 def gain_verdicts(swarm: dict | None, single: dict, control: dict | None) -> dict:
@@ -475,8 +475,7 @@ def gain_verdicts(swarm: dict | None, single: dict, control: dict | None) -> dic
         return "met" if floor is None or gain > floor else "missed (within the noise floor)"
 
     exact_base = si[0].get("greedy_exact") if si else None
-    exact_best = {k: max((p["greedy_exact"] for p in r["points"] if p.get("greedy_exact") is not None), default=None)
-                  for k, r in runs.items()}
+    exact_best = {k: best_of(r["points"], "greedy_exact") for k, r in runs.items()}
     return {
         "base_greedy": base, "best_greedy": best, "gain_over_base": gains, "noise_floor": floor,
         "full_marks": {"base": exact_base, "best": exact_best, "gain_over_base": {

@@ -130,7 +130,7 @@ class PeerCore:
 
     def handle(self, now: float, inp: object) -> list:
         late = self.stall.observe(now, self.timers.next_deadline())
-        if late is not None:  # after the verdict a MessageReceived's answer starts with
+        if late is not None:  # appended: a MessageReceived's answer must start with its verdict
             return self._handle(now, inp) + [Emit("stalled", {"seconds": round(late, 3)})]
         return self._handle(now, inp)
 
