@@ -13,6 +13,12 @@ per cheater (--cheaters adds an other-model worker and a rubber-stamp checker co
     .venv/bin/python bench/scaling.py [--workers 1,2,4,8,16,32,64] [--minutes 30] [--checkers validators]
     .venv/bin/python bench/scaling.py --real --workers 1,4,16 --minutes 8   # real jobs: time to a reward
                                                                             # (N workers run minutes * max(1/3, 1/N))
+
+With --real, a train step's virtual time is --train-seconds per 16 prompts (default 0.6 against 1.0 s
+to generate a batch of 8: the built-in model's ratio on this CPU). One trainer can then take about
+3.3x one worker's rollouts, which caps any speedup; 0.33 is SmolLM2-135M's ratio on an H100 (a GRPO step
+over 128 completions 0.57 s, generating them 3.5 s: docs/benchmarks.md), about 6x. --parallel runs the
+worker counts at once, one process each (on a machine with the cores), still one run and one baseline.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -39,7 +47,7 @@ CHECKER_LOAD = 0.9  # validators per worker: enough that checking never waits
 
 
 def scenario(workers: int, minutes: float, checkers: str, cheaters: bool, real: bool, seed: int,
-             max_step: int, async_level: int, spot: float) -> Scenario:
+             max_step: int, async_level: int, spot: float, train_s: float = 0.6) -> Scenario:
     validators = math.ceil(workers * VERIFY / GENERATE / CHECKER_LOAD) if checkers == "validators" else 0
     peers = [compose.trainer(), compose.workers(workers)]
     if validators:
@@ -52,7 +60,7 @@ def scenario(workers: int, minutes: float, checkers: str, cheaters: bool, real: 
     task = compose.task(async_level=async_level, validators=["validator"] if validators else [], params=params)
     return compose.scenario(f"scaling-{workers}", duration=minutes * 60, seed=seed, settle=60,
                             checks=["honest-not-banned", "versions-forward", "bad-training-bounded"],
-                            peers=peers, tasks=[task], jobs=compose.real_jobs() if real else {})
+                            peers=peers, tasks=[task], jobs=compose.real_jobs(train=train_s) if real else {})
 
 
 def run_one(workers: int, args) -> dict:
@@ -60,9 +68,12 @@ def run_one(workers: int, args) -> dict:
     # which is enough to see whether it reaches the reward target in a quarter of 1 worker's time
     minutes = args.minutes * max(1 / 3, 1 / workers) if args.real else args.minutes
     s = scenario(workers, minutes, args.checkers, args.cheaters, args.real, args.seed, args.max_step,
-                 args.async_level, args.spot_check)
+                 args.async_level, args.spot_check, args.train_seconds)
     started = time.monotonic()
-    result = run_scenario(s, **({"workdir": args.workdir} if args.real else {}))
+    workdir = Path(args.workdir) / f"workers-{workers}"
+    if args.real:  # a fresh dir per run: a peer's files (its generated slices, the trainer's state) from
+        shutil.rmtree(workdir, ignore_errors=True)  # an earlier run would carry over into this one
+    result = run_scenario(s, **({"workdir": str(workdir)} if args.real else {}))
     m = result.metrics
     tp, tr = m["throughput"], m["training"]
     row = {"workers": workers, "ok": result.ok, "failed": result.failed,
@@ -76,6 +87,12 @@ def run_one(workers: int, args) -> dict:
         row["training_time_to_reward"] = (round(row["time_to_reward"] - tp["since"], 3)
                                           if row["time_to_reward"] is not None and tp["since"] is not None else None)
         row["reward_curve"] = tp["reward_curve"]
+    return row
+
+
+def _run_and_say(workers: int, args) -> dict:
+    row = run_one(workers, args)
+    print(json.dumps(row), file=sys.stderr, flush=True)
     return row
 
 
@@ -99,22 +116,34 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--real", action="store_true", help="real jobs: the built-in model learns")
     ap.add_argument("--reward-target", type=float, default=0.3)
+    ap.add_argument("--train-seconds", type=float, default=0.6,
+                    help="--real: virtual seconds of a train step per 16 prompts (generating 8 takes 1.0)")
+    ap.add_argument("--parallel", action="store_true", help="run the worker counts at once, a process each")
     ap.add_argument("--workdir", default="runs/scaling")
     ap.add_argument("--out")
     args = ap.parse_args()
-    rows = []
-    for n in [int(x) for x in args.workers.split(",")]:
-        rows.append(run_one(n, args))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    counts = [int(x) for x in args.workers.split(",")]
+    if args.parallel:
+        with multiprocessing.get_context("spawn").Pool(len(counts)) as pool:
+            rows = pool.starmap(_run_and_say, [(n, args) for n in counts])
+    else:
+        rows = [_run_and_say(n, args) for n in counts]
     base = rows[0]
     for row in rows:
         one = base["completions_trained_per_hour"] or 0
         row["speedup"] = round(row["completions_trained_per_hour"] / one, 2) if one else None
         row["per_worker_efficiency"] = (round(row["speedup"] * base["workers"] / row["workers"], 3)
                                         if row["speedup"] is not None else None)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        if args.real:
+            one, this = base["training_time_to_reward"], row["training_time_to_reward"]
+            row["training_time_vs_1_worker"] = round(this / one, 3) if one and this is not None else None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:  # no git where it ran (a copied tree): the rows still count
+        commit = ""
     out = {"bench": "scaling", "date": time.strftime("%Y-%m-%d"), "commit": commit, "command": " ".join(sys.argv),
-           "machine": platform.machine(), "cost_model": {k: DEFAULTS[k][0] for k in DEFAULTS}, "rows": rows}
+           "machine": platform.machine(), "cost_model": {k: DEFAULTS[k][0] for k in DEFAULTS},
+           **({"real_train_seconds": args.train_seconds} if args.real else {}), "rows": rows}
     text = json.dumps(out, indent=1)
     print(text)
     if args.out:
