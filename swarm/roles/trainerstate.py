@@ -24,6 +24,7 @@ from gossip.messages import TensorEntry, TrainerCheckpoint
 from swarm.io import Emit
 
 STUCK_AFTER = 600.0  # seconds after which a standby gives up a checkpoint fetch for a newer checkpoint
+# (sooner when two newer ones are heard: `_unserved`)
 
 
 class Checkpoints:
@@ -106,15 +107,21 @@ def heard(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint, signer: str) 
     if c.version <= have and not _other_chain(cps, c):
         return []
     if cps.fetching is not None and not _other_chain(cps, c) and now - cps.fetch_started < STUCK_AFTER \
-            and cps.fetch_started >= ctx.awake_since:
+            and cps.fetch_started >= ctx.awake_since and not _unserved(cps, c):
         cps.queued = c  # a fetch replaced by every newer checkpoint might never finish: finish it, then this
         return []
-    # (a fetch begun before our own stall is given up: its checkpoint has likely stopped being served)
+    # (given up: a fetch begun before our own stall, or one whose checkpoint is provably not served any more)
     effects = []
     if cps.fetching is not None and cps.fetching.root != c.root:
         effects += ctx.release_shards(now, cps.fetching.root, cps)
     cps.fetching, cps.queued, cps.source, cps.fetch_started = c, None, signer, now
     return effects + ctx.want_shards(now, c, cps, source=signer)
+
+
+def _unserved(cps: Checkpoints, c: TrainerCheckpoint) -> bool:
+    """The active trainer serves its two newest checkpoints (`publish`): once a second one newer than
+    the fetch is heard (one queued, now a newer still), the fetch's pieces are gone and it cannot finish."""
+    return cps.queued is not None and c.version > cps.queued.version
 
 
 def _other_chain(cps: Checkpoints, c: TrainerCheckpoint) -> bool:

@@ -157,3 +157,42 @@ def test_with_standby_checks_a_standby_checks_batches_and_its_first_step_starts_
                        if p == who and e.event == "version-published" and t > at)
     # no fetch or check stands between the takeover and the first step: one job's time
     assert first_train - at <= 2 * net.job_seconds + 0.5, first_train - at
+
+
+class FetchLog:
+    """The slice of a role context `trainerstate.heard` uses, recording what it asks for."""
+
+    awake_since = 0.0
+
+    def __init__(self) -> None:
+        self.wanted: list[int] = []
+        self.released: list[bytes] = []
+
+    def want_shards(self, now, c, owner, source=""):
+        self.wanted.append(c.version)
+        return []
+
+    def release_shards(self, now, root, owner):
+        self.released.append(root)
+        return []
+
+
+def test_a_standby_gives_up_a_fetch_once_two_newer_checkpoints_say_it_is_no_longer_served():
+    """The active trainer serves its two newest checkpoints, so a fetch outrun by two newer ones can
+    never finish: waiting out STUCK_AFTER would leave the standby's state stale for ten minutes."""
+    from swarm.roles.trainerstate import STUCK_AFTER, Checkpoints, heard
+
+    def cp(version):
+        fields, _ = state_fields(version, h(b"manifest%d" % version), b"v%d" % version)
+        return checkpoint_of(1.0, "ab" * 8, 0, 0, fields)
+
+    ctx = FetchLog()
+    cps = Checkpoints(ctx, "ab" * 8, STATE_EVERY)
+    heard(ctx, 10.0, cps, cp(3), "trainer")
+    heard(ctx, 20.0, cps, cp(6), "trainer")  # one newer: 3 is still served, finish it first
+    heard(ctx, 25.0, cps, cp(6), "trainer")  # its re-announcement changes nothing
+    assert ctx.wanted == [3] and cps.fetching.version == 3 and cps.queued.version == 6
+    heard(ctx, 30.0, cps, cp(9), "trainer")  # the trainer now serves 9 and 6: 3 is gone
+    assert ctx.wanted == [3, 9] and cps.fetching.version == 9 and cps.queued is None
+    assert ctx.released == [cp(3).root]
+    assert 30.0 - 10.0 < STUCK_AFTER  # given up on the evidence, not the timeout
