@@ -24,7 +24,7 @@ from gossip.messages import TensorEntry, TrainerCheckpoint
 from swarm.io import Emit
 
 STUCK_AFTER = 600.0  # seconds after which a standby gives up a checkpoint fetch for a newer checkpoint
-# (sooner when two newer ones are heard: `_unserved`)
+# (sooner when it cannot finish: `_may_finish`)
 
 
 class Checkpoints:
@@ -106,11 +106,9 @@ def heard(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint, signer: str) 
     have = max((x.version for x in (cps.newest, cps.fetching, cps.queued) if x is not None), default=-1)
     if c.version <= have and not _other_chain(cps, c):
         return []
-    if cps.fetching is not None and not _other_chain(cps, c) and now - cps.fetch_started < STUCK_AFTER \
-            and cps.fetch_started >= ctx.awake_since and not _unserved(cps, c):
+    if cps.fetching is not None and not _other_chain(cps, c) and _may_finish(ctx, now, cps, c):
         cps.queued = c  # a fetch replaced by every newer checkpoint might never finish: finish it, then this
         return []
-    # (given up: a fetch begun before our own stall, or one whose checkpoint is provably not served any more)
     effects = []
     if cps.fetching is not None and cps.fetching.root != c.root:
         effects += ctx.release_shards(now, cps.fetching.root, cps)
@@ -118,10 +116,13 @@ def heard(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint, signer: str) 
     return effects + ctx.want_shards(now, c, cps, source=signer)
 
 
-def _unserved(cps: Checkpoints, c: TrainerCheckpoint) -> bool:
-    """The active trainer serves its two newest checkpoints (`publish`): once a second one newer than
-    the fetch is heard (one queued, now a newer still), the fetch's pieces are gone and it cannot finish."""
-    return cps.queued is not None and c.version > cps.queued.version
+def _may_finish(ctx, now: float, cps: Checkpoints, c: TrainerCheckpoint) -> bool:
+    """Is the fetch in progress still worth finishing, `c` heard meanwhile? Not after STUCK_AFTER, not
+    when begun before our own stall (its checkpoint has likely stopped being served), and not once a
+    second checkpoint newer than it is heard (one queued, now `c`): the active trainer serves only its
+    two newest (`publish`), so the fetch's pieces are gone."""
+    unserved = cps.queued is not None and c.version > cps.queued.version
+    return now - cps.fetch_started < STUCK_AFTER and cps.fetch_started >= ctx.awake_since and not unserved
 
 
 def _other_chain(cps: Checkpoints, c: TrainerCheckpoint) -> bool:
