@@ -82,7 +82,8 @@ def run_one(workers: int, args) -> dict:
            "bad_trained": result.checks["bad-training-bounded"].detail}
     if args.real:
         row["reward_first"], row["reward_last"] = tr["reward_first"], tr["reward_last"]
-        row["time_to_reward"] = time_to(tp["reward_curve"], args.reward_target)
+        window = args.reward_window * s.tasks[0].params["prompts_per_step"] * s.tasks[0].params["group_size"]
+        row["time_to_reward"] = time_to(tp["reward_curve"], args.reward_target, window)
         # from version 0 on: the model build before it (init) takes as long whatever the swarm's size
         row["training_time_to_reward"] = (round(row["time_to_reward"] - tp["since"], 3)
                                           if row["time_to_reward"] is not None and tp["since"] is not None else None)
@@ -96,11 +97,20 @@ def _run_and_say(workers: int, args) -> dict:
     return row
 
 
-def time_to(curve, target: float, window: int = 5):
-    """Simulated seconds until the mean rollout reward of `window` consecutive steps reached `target`."""
-    for i in range(window, len(curve) + 1):
-        if sum(r for _, r in curve[i - window:i]) / window >= target:
-            return curve[i - 1][0]
+def time_to(curve, target: float, completions: int) -> float | None:
+    """Simulated seconds until the mean reward of the newest `completions` rollouts trained on reached
+    `target` (each step's mean weighted by its completions). A window of completions, not of steps: a
+    swarm's steps grow with it, and five steps of 4,096 completions average over 16 times the rollouts,
+    and 16 times the time, of five steps of 256, so a window of steps would hold the bigger swarm to a
+    later, staler figure."""
+    for i, (t, _, _) in enumerate(curve):
+        total = weighted = 0.0
+        for _, reward, n in reversed(curve[:i + 1]):
+            total, weighted = total + n, weighted + reward * n
+            if total >= completions:
+                break
+        if total >= completions and weighted / total >= target:
+            return t
     return None
 
 
@@ -116,6 +126,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--real", action="store_true", help="real jobs: the built-in model learns")
     ap.add_argument("--reward-target", type=float, default=0.3)
+    ap.add_argument("--reward-window", type=int, default=5,
+                    help="--real: the reward is the mean over this many prompts_per_step steps' worth of rollouts")
     ap.add_argument("--train-seconds", type=float, default=0.6,
                     help="--real: virtual seconds of a train step per 16 prompts (generating 8 takes 1.0)")
     ap.add_argument("--parallel", action="store_true", help="run the worker counts at once, a process each")

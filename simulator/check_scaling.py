@@ -77,7 +77,7 @@ class Throughput:
         self.queued: dict[tuple[int, object], float] = {}
         self.busy: dict[str, float] = {"train": 0.0, "verify": 0.0}
         self.lost = 0  # batches a trainer dropped or refused (never trained)
-        self.rewards: list[tuple[float, float]] = []  # (t, the mean rollout reward a step trained on)
+        self.rewards: list[tuple[float, float, int]] = []  # (t, the mean rollout reward a step trained on, its completions)
 
     def feed(self, t, peer, kind, f):
         if kind == "emit.rollouts-committed":
@@ -90,7 +90,7 @@ class Throughput:
                 self.first_version_at = t
             self.prompts_trained += int(f.get("step_completions", 0) or 0)
             if isinstance(f.get("reward"), (int, float)):
-                self.rewards.append((round(t, 3), round(float(f["reward"]), 4)))
+                self.rewards.append((round(t, 3), round(float(f["reward"]), 4), int(f.get("step_completions", 0) or 0)))
         elif kind in ("emit.trainer-starting", "emit.trainer-takeover"):
             self.trainers.add(peer)
         elif kind == "emit.rollout-dropped" or kind == "emit.message-rejected":

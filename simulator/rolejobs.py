@@ -47,6 +47,9 @@ ROLE_KINDS = jobs.KINDS
 # trains on (`train_seconds`): steps that grow with the swarm cost what they train.
 DEFAULTS = {jobs.INIT: (10.0, 0.0, 4 << 20), jobs.TRAIN: (12.0, 0.1, 1 << 20), jobs.GENERATE: (20.0, 0.2, 64 << 10),
             jobs.VERIFY: (7.4, 0.2, 0), jobs.UNPACK: (1.0, 0.2, 0)}
+# The decoupled objective (trainer/grpo.py) adds a forward pass without gradients over the step's rows
+# for the proximal policy: about a third of the forward and backward the step already does.
+DECOUPLED_COST = 4 / 3
 GENERATING_CHEATS = ("other-model", "inflated-reward", "cherry-pick")
 CHEATS = GENERATING_CHEATS + ("lying-validator", "rubber-stamp")
 CHERRY_POOL = 256  # cherry-pick takes the easiest prompts of a fixed pool, like trainer/cheats.py
@@ -323,12 +326,14 @@ class RoleExecutor:
 
 def train_seconds(duration: float, job: jobs.TrainJob, content: Content) -> float:
     """The cost model's train time is for a step of `prompts_per_step` prompts; a bigger step (steps
-    that grow with the rollouts ready) takes proportionally longer, as its optimizer steps do."""
+    that grow with the rollouts ready) takes proportionally longer, as its optimizer steps do, and the
+    decoupled objective's extra pass a third more."""
     prompts = 0
     for digest in job.rollouts:
         batch = content.meta(digest)
         prompts += len(batch.prompts) if isinstance(batch, Batch) else 0
-    return duration * max(1.0, prompts / TaskParams.from_params(job.task.params).prompts_per_step)
+    params = TaskParams.from_params(job.task.params)
+    return duration * max(1.0, prompts / params.prompts_per_step) * (DECOUPLED_COST if params.decoupled_objective else 1)
 
 
 class JobFailed(Exception):

@@ -81,7 +81,8 @@ class TaskParams(Settings):
     max_grad_norm: float | None = Field(None, gt=0, description="gradient clipping threshold")
     std_normalize: StrictBool | None = Field(None, description="divide advantages by the group std")
     format_weight: float | None = Field(None, ge=0, description="weight of the env's format reward")
-    decoupled: StrictBool | None = Field(None, description="clip around the step's start weights (stale batches)")
+    decoupled: StrictBool | None = Field(None, description="clip around the step's start weights (stale batches); "
+                                                           "None: on when steps grow (max_prompts_per_step)")
     beta1: float | None = Field(None, gt=0, lt=1, description="AdamW beta1")
     beta2: float | None = Field(None, gt=0, lt=1, description="AdamW beta2")
     warmup_steps: int | None = Field(None, ge=0, description="supervised warm-up steps of a built-in model")
@@ -126,6 +127,16 @@ class TaskParams(Settings):
     def step_limit(self) -> int:
         """The most prompts one step trains on (never fewer than a step needs)."""
         return max(self.prompts_per_step, self.max_prompts_per_step or 0)
+
+    @property
+    def decoupled_objective(self) -> bool:
+        """Whether steps use the decoupled objective (trainer/grpo.py). By default, when steps grow: a
+        grown step is many optimizer steps, and its batches were sampled a version or two earlier, so
+        dozens of updates before the step's later minibatches; clipped around the sampling policy,
+        their ratios left the clip range and gave no gradient (16 workers needed 3.7x the rollouts of
+        one to reach the same reward), so the trust region is centred on the step's start weights and
+        the staleness corrected by a weight instead (docs/benchmarks.md, issue 25)."""
+        return self.max_prompts_per_step is not None if self.decoupled is None else self.decoupled
 
     @classmethod
     def of(cls, task: TaskAnnouncement) -> "TaskParams":

@@ -21,7 +21,7 @@ __all__ = ["ParamError", "grpo_config", "int_param", "warmup_config"]
 # of the same name (one name per setting, in the task file and in the algorithm).
 GRPO_KEYS = ("lr", "lr_warmup", "lr_decay_start", "lr_decay_steps", "lr_min", "clip_low", "clip_high", "delta",
              "minibatches", "temperature", "max_new_tokens", "weight_decay", "max_grad_norm", "std_normalize",
-             "format_weight", "decoupled")
+             "format_weight")
 
 
 def grpo_config(params) -> GRPOConfig:
@@ -31,7 +31,7 @@ def grpo_config(params) -> GRPOConfig:
     b1 = cfg.betas[0] if task.beta1 is None else task.beta1
     b2 = cfg.betas[1] if task.beta2 is None else task.beta2
     out = replace(cfg, group_size=task.group_size, prompts_per_step=task.prompts_per_step,
-                  betas=(b1, b2), **values)
+                  betas=(b1, b2), decoupled=task.decoupled_objective, **values)
     if out.lr_decay_steps and out.lr_min > out.lr:
         raise ParamError(f"task param lr_min ({out.lr_min}) must not be above lr ({out.lr}): the decay only lowers it")
     return out

@@ -6,7 +6,8 @@ job builds or resumes the base model), then collects rollout commitments within 
 the workers and has each batch checked: by itself (a `verify` job against its own copy of that
 version), or, with the task's `check_quorum`, by checkers it asks, spot-checking a share itself
 (swarm/roles/quorum.py). Once `prompts_per_step` checked prompts are ready it runs one `train` job on
-all of them, up to `max_prompts_per_step`. A batch whose worker is banned meanwhile (a failed check elsewhere, a
+all of them, up to `max_prompts_per_step`; steps that grow first wait for a batch of the policy before
+the newest (`_pacing`). A batch whose worker is banned meanwhile (a failed check elsewhere, a
 replay seen later) is dropped before the next step. A trusted validator's verdict that the
 trainer's own check contradicts costs that validator its trust. Each new version is
 announced with a signed weight manifest, re-announced periodically for late joiners. Every
@@ -39,6 +40,7 @@ from swarm.taskparams import TaskParams, task_spec
 
 MAX_PENDING = 256
 RETRY_AFTER = 5.0
+PACE_WAIT = 10.0  # the longest a growing step waits for fresh work (workers gone, or slow)
 
 
 @dataclass
@@ -58,6 +60,7 @@ class TrainerTask:
     validators: tuple[bytes, ...] = ()  # the task's trusted validator keys (checkers a quorum may ask)
     worked: dict[str, int] = field(default_factory=dict)  # worker -> its batches trained on (proven work)
     own_checks: int = 0  # verify jobs run by this trainer
+    version_at: float = 0.0  # when the newest version was published
     by_quorum: int = 0  # batches trained on the passes of checkers alone
     rejected: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # worker -> verify jobs started for its batches
@@ -214,7 +217,8 @@ class TrainerRole(Role):
         last_chance = state.version - state.async_level if state.params.max_prompts_per_step is not None else -1
         ready = sorted((p for p in state.pending.values() if quorum.trainable(self.ctx, state, p)),
                        key=lambda p: (p.commitment.policy_version > last_chance, -p.commitment.policy_version))
-        if sum(len(p.commitment.prompt_indices) for p in ready) < state.params.prompts_per_step:
+        total = sum(len(p.commitment.prompt_indices) for p in ready)
+        if total < state.params.prompts_per_step or self._pacing(now, state, ready, total):
             return effects
         step, prompts = [], 0
         for p in ready:  # every ready batch, up to the step's limit
@@ -235,6 +239,24 @@ class TrainerRole(Role):
                                 parent_root=parent.root if parent else b"", parent_depth=parent.depth if parent else 0,
                                 term=state.term, pack_state=pack, state=state.resume_state)
         return effects + [self.ctx.job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
+
+    def _pacing(self, now: float, state: TrainerTask, ready: list[Check], total: int) -> bool:
+        """Whether a growing step waits: until a checked batch sampled by the policy before ours (or ours)
+        is ready, a full step is, or PACE_WAIT has passed since our version. Stepping on the first
+        `prompts_per_step` checked prompts made a version every second, faster than one goes round
+        (shards to the workers, a generate job, a check), so batches were 3-4 versions old when
+        checked, a third aged out of the async window, and steps never grew: with 16 workers the trainer
+        sat idle 61% of the time (bench/scaling.py, real-jobs durations). Waiting for fresh work lets
+        what arrives meanwhile join the step, so steps grow to what the swarm generates."""
+        if state.params.max_prompts_per_step is None or total >= state.params.step_limit:
+            return False
+        if any(p.commitment.policy_version >= state.version - 1 for p in ready):
+            return False
+        due = state.version_at + PACE_WAIT
+        if now >= due:
+            return False
+        self.ctx.timer(f"trainer:{state.spec.task_id}:pace", due)
+        return True
 
     def _drop_unusable(self, state: TrainerTask) -> list:
         """Before each step: nothing too old, nothing from a peer banned since we accepted it."""
@@ -286,6 +308,7 @@ class TrainerRole(Role):
             self.ctx.timer(f"trainer:{task_id}:{kind}", now + RETRY_AFTER)
             return [Emit("job-failed", {"task_id": task_id, "kind": kind, "error": f"bad manifest: {exc}"[:300]})]
         state.version, state.weights, state.weights_size = result.version, result.weights, result.size
+        state.version_at = now
         state.weights_by_version[result.version] = result.weights
         state.chain_terms[result.version] = state.term
         self.ctx.chain(task_id).own(now, state.term, state.rank, result.version)

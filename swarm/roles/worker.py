@@ -12,10 +12,10 @@ slice would get us banned as a replayer.
 With the task's `peer_checks` (and a `check_quorum`), a worker also checks the batches the active
 trainer asks it to (swarm/roles/quorum.py), in the same job process as its generation.
 
-How much to generate: a version's worth is what the trainer's next step will take (`_next_step`:
-`prompts_per_step`, or when steps grow the last step's size and a commit more, up to
-`max_prompts_per_step`), split among the workers we know of; what a worker generates beyond that
-would be dropped unread, so it waits for the next version instead (`_share`).
+How much to generate: a version's worth is what the trainer's next step can take (`_next_step`:
+`prompts_per_step`, or when steps grow `max_prompts_per_step`), split among the workers we know of;
+what a worker generates beyond that would be dropped unread, so it waits for the next version
+instead (`_share`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ class WorkerTask:
     last_reward: float | None = None
     checks: CheckQueue | None = None  # what the trainer asks us to check (peer_checks)
     version_at: dict[int, float] = field(default_factory=dict)  # the newest versions -> when first announced
-    last_step: int = 0  # prompts the newest version's step trained on (its manifest says)
     refused: str = ""  # why this peer cannot work on the task (a `refused: ...` job error), once it said so
 
 
@@ -95,7 +94,6 @@ class WorkerRole(Role):
             return []
         if msg.version > state.policy.latest and msg.version not in state.version_at:
             state.version_at[msg.version] = now
-            state.last_step = msg.prompts
             for old in sorted(state.version_at)[:-3]:
                 del state.version_at[old]
         effects = state.policy.on_manifest(self.ctx, self, now, msg, signer)
@@ -163,17 +161,15 @@ class WorkerRole(Role):
 
     @staticmethod
     def _next_step(state: WorkerTask) -> int:
-        """Prompts the trainer's next step will take. With fixed steps, `prompts_per_step`. When steps
-        grow with what is ready, the last step's size (its manifest says) and one commit more, so steps
-        grow while the trainer keeps up and stop growing where it is busy: a swarm that could generate
-        more than the trainer trains waits instead of generating batches that would be dropped. A step
-        at the limit may have left batches behind: one commit less, so that backlog drains."""
+        """Prompts a version's step may take. With fixed steps, `prompts_per_step`. When steps grow with
+        what is ready, `step_limit`: each version gets a full step's worth, so the step after it can be
+        full, and no more, so what the swarm generates per version never outruns what one step trains.
+        Sizing it from the last step (and a commit more, to grow) kept steps at their minimum: the
+        trainer steps as soon as `prompts_per_step` is checked, so the last step was always the
+        smallest, and 16 workers generated 3 batches a version between them (versions came every
+        second, and a third of those batches aged out before they were checked)."""
         params = state.params
-        if params.max_prompts_per_step is None:
-            return params.prompts_per_step
-        if state.last_step >= params.step_limit:
-            return max(params.prompts_per_step, params.step_limit - params.prompts_per_commit)
-        return min(params.step_limit, max(params.prompts_per_step, state.last_step + params.prompts_per_commit))
+        return params.prompts_per_step if params.max_prompts_per_step is None else params.step_limit
 
     @staticmethod
     def _stall_after(state: WorkerTask, version: int) -> float:
