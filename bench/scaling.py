@@ -15,10 +15,13 @@ per cheater (--cheaters adds an other-model worker and a rubber-stamp checker co
                                                                             # (N workers run minutes * max(1/3, 1/N))
 
 With --real, a train step's virtual time is --train-seconds per 16 prompts (default 0.6 against 1.0 s
-to generate a batch of 8: the built-in model's ratio on this CPU). One trainer can then take about
-3.3x one worker's rollouts, which caps any speedup; 0.33 is SmolLM2-135M's ratio on an H100 (a GRPO step
-over 128 completions 0.57 s, generating them 3.5 s: docs/benchmarks.md), about 6x. --parallel runs the
-worker counts at once, one process each (on a machine with the cores), still one run and one baseline.
+to generate a batch of 8: the built-in model's ratio on this CPU), a third more with the decoupled
+objective that growing steps use. One trainer can then take about 2.5x one worker's rollouts, which
+caps any speedup; 0.33 is SmolLM2-135M's ratio on an H100 (a GRPO step over 128 completions 0.57 s,
+generating them 3.5 s: docs/benchmarks.md), about 4.5x. The learning figure is the simulated time
+from version 0 until the mean reward of the newest --reward-window base steps' worth of rollouts
+trained on reaches --reward-target. --parallel runs the worker counts at once, one process each (on a
+machine with the cores), still one run and one baseline.
 """
 
 from __future__ import annotations
@@ -120,7 +123,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--checkers", choices=("validators", "peers", "trainer"), default="validators")
     ap.add_argument("--cheaters", action="store_true")
-    ap.add_argument("--max-step", type=int, default=256, help="the task's max_prompts_per_step")
+    ap.add_argument("--max-step", type=int, default=64,
+                    help="the task's max_prompts_per_step (64: docs/operating.md's task for many workers)")
     ap.add_argument("--async-level", type=int, default=4)
     ap.add_argument("--spot-check", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=1)

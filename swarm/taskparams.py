@@ -133,9 +133,9 @@ class TaskParams(Settings):
         """Whether steps use the decoupled objective (trainer/grpo.py). By default, when steps grow: a
         grown step is many optimizer steps, and its batches were sampled a version or two earlier, so
         dozens of updates before the step's later minibatches; clipped around the sampling policy,
-        their ratios left the clip range and gave no gradient (16 workers needed 3.7x the rollouts of
-        one to reach the same reward), so the trust region is centred on the step's start weights and
-        the staleness corrected by a weight instead (docs/benchmarks.md, issue 25)."""
+        their ratios left the clip range and gave no gradient (16 workers needed 3.3x the rollouts of
+        one to reach the same reward, 1.9x with it), so the trust region is centred on the step's start
+        weights and the staleness corrected by a weight instead (docs/benchmarks.md, issue 25)."""
         return self.max_prompts_per_step is not None if self.decoupled is None else self.decoupled
 
     @classmethod
