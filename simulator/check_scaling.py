@@ -88,9 +88,10 @@ class Throughput:
             self.versions += 1
             if self.first_version_at is None:
                 self.first_version_at = t
-            self.prompts_trained += int(f.get("step_completions", 0) or 0)
+            completions = int(f.get("step_completions", 0) or 0)
+            self.prompts_trained += completions
             if isinstance(f.get("reward"), (int, float)):
-                self.rewards.append((round(t, 3), round(float(f["reward"]), 4), int(f.get("step_completions", 0) or 0)))
+                self.rewards.append((round(t, 3), round(float(f["reward"]), 4), completions))
         elif kind in ("emit.trainer-starting", "emit.trainer-takeover"):
             self.trainers.add(peer)
         elif kind == "emit.rollout-dropped" or kind == "emit.message-rejected":

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from simulator.content import Content
-from simulator.rolejobs import DECOUPLED_COST, ROLE_KINDS
+from simulator.rolejobs import ROLE_KINDS, objective_cost
 from simulator.workload import CostModelExecutor, JobContext, JobOutcome
 from swarm import jobs
 from swarm.taskparams import TaskParams
@@ -167,7 +167,7 @@ def train_scale(job: jobs.TrainJob, result: jobs.VersionResult) -> float:
     GRPO step computes only on completions with an advantage (trainer/train_batch.py drops the groups
     whose samples all scored the same: DAPO's dynamic sampling), so a step costs the prompts' worth of
     completions it used, never less than the base step (packing and publishing a version are paid anyway),
-    and the decoupled objective's extra pass a third more (simulator/rolejobs.py DECOUPLED_COST)."""
+    and the decoupled objective's extra pass a third more (simulator/rolejobs.py `objective_cost`)."""
     params = TaskParams.from_params(job.task.params)
     used = float(dict(result.stats).get("completions_used", 0.0)) / params.group_size
-    return max(1.0, used / params.prompts_per_step) * (DECOUPLED_COST if params.decoupled_objective else 1)
+    return max(1.0, used / params.prompts_per_step) * objective_cost(params)

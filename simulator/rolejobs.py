@@ -47,9 +47,6 @@ ROLE_KINDS = jobs.KINDS
 # trains on (`train_seconds`): steps that grow with the swarm cost what they train.
 DEFAULTS = {jobs.INIT: (10.0, 0.0, 4 << 20), jobs.TRAIN: (12.0, 0.1, 1 << 20), jobs.GENERATE: (20.0, 0.2, 64 << 10),
             jobs.VERIFY: (7.4, 0.2, 0), jobs.UNPACK: (1.0, 0.2, 0)}
-# The decoupled objective (trainer/grpo.py) adds a forward pass without gradients over the step's rows
-# for the proximal policy: about a third of the forward and backward the step already does.
-DECOUPLED_COST = 4 / 3
 GENERATING_CHEATS = ("other-model", "inflated-reward", "cherry-pick")
 CHEATS = GENERATING_CHEATS + ("lying-validator", "rubber-stamp")
 CHERRY_POOL = 256  # cherry-pick takes the easiest prompts of a fixed pool, like trainer/cheats.py
@@ -333,7 +330,14 @@ def train_seconds(duration: float, job: jobs.TrainJob, content: Content) -> floa
         batch = content.meta(digest)
         prompts += len(batch.prompts) if isinstance(batch, Batch) else 0
     params = TaskParams.from_params(job.task.params)
-    return duration * max(1.0, prompts / params.prompts_per_step) * (DECOUPLED_COST if params.decoupled_objective else 1)
+    return duration * max(1.0, prompts / params.prompts_per_step) * objective_cost(params)
+
+
+def objective_cost(params: TaskParams) -> float:
+    """A step's cost for its objective, relative to the plain one: the decoupled objective (trainer/grpo.py)
+    adds a forward pass without gradients over the step's rows for the proximal policy, about a third
+    of the forward and backward the step already does."""
+    return 4 / 3 if params.decoupled_objective else 1.0
 
 
 class JobFailed(Exception):

@@ -7,7 +7,7 @@ the workers and has each batch checked: by itself (a `verify` job against its ow
 version), or, with the task's `check_quorum`, by checkers it asks, spot-checking a share itself
 (swarm/roles/quorum.py). Once `prompts_per_step` checked prompts are ready it runs one `train` job on
 all of them, up to `max_prompts_per_step`; steps that grow first wait for a batch of the policy before
-the newest (`_pacing`). A batch whose worker is banned meanwhile (a failed check elsewhere, a
+the newest (swarm/roles/steps.py). A batch whose worker is banned meanwhile (a failed check elsewhere, a
 replay seen later) is dropped before the next step. A trusted validator's verdict that the
 trainer's own check contradicts costs that validator its trust. Each new version is
 announced with a signed weight manifest, re-announced periodically for late joiners. Every
@@ -30,7 +30,7 @@ from gossip.messages import RolloutCommitment, TensorEntry, TrainerCheckpoint, V
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking, quorum, refusal, standby, trainerstate
+from swarm.roles import checking, quorum, refusal, standby, steps, trainerstate
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
@@ -40,7 +40,6 @@ from swarm.taskparams import TaskParams, task_spec
 
 MAX_PENDING = 256
 RETRY_AFTER = 5.0
-PACE_WAIT = 10.0  # the longest a growing step waits for fresh work (workers gone, or slow)
 
 
 @dataclass
@@ -211,22 +210,9 @@ class TrainerRole(Role):
         if state.busy or state.version < 0:
             return []
         effects = self._drop_unusable(state)
-        # The least off-policy first. Steps that grow (max_prompts_per_step) first take the batches this is
-        # the last step to accept (the next would drop them as too old): past its limit, a step leaves
-        # only batches a later step can still use.
-        last_chance = state.version - state.async_level if state.params.max_prompts_per_step is not None else -1
-        ready = sorted((p for p in state.pending.values() if quorum.trainable(self.ctx, state, p)),
-                       key=lambda p: (p.commitment.policy_version > last_chance, -p.commitment.policy_version))
-        total = sum(len(p.commitment.prompt_indices) for p in ready)
-        if total < state.params.prompts_per_step or self._pacing(now, state, ready, total):
+        step = steps.choose(self.ctx, now, state)
+        if not step:
             return effects
-        step, prompts = [], 0
-        for p in ready:  # every ready batch, up to the step's limit
-            if prompts >= state.params.prompts_per_step and \
-                    prompts + len(p.commitment.prompt_indices) > state.params.step_limit:
-                break
-            step.append(p)
-            prompts += len(p.commitment.prompt_indices)
         for p in step:
             del state.pending[p.commitment_id]
         state.in_step, state.busy = step, True
@@ -239,24 +225,6 @@ class TrainerRole(Role):
                                 parent_root=parent.root if parent else b"", parent_depth=parent.depth if parent else 0,
                                 term=state.term, pack_state=pack, state=state.resume_state)
         return effects + [self.ctx.job(self, (state.spec.task_id, jobs.TRAIN, ()), jobs.TRAIN, payload)]
-
-    def _pacing(self, now: float, state: TrainerTask, ready: list[Check], total: int) -> bool:
-        """Whether a growing step waits: until a checked batch sampled by the policy before ours (or ours)
-        is ready, a full step is, or PACE_WAIT has passed since our version. Stepping on the first
-        `prompts_per_step` checked prompts made a version every second, faster than one goes round
-        (shards to the workers, a generate job, a check), so batches were 3-4 versions old when
-        checked, a third aged out of the async window, and steps never grew: with 16 workers the trainer
-        sat idle 61% of the time (bench/scaling.py, real-jobs durations). Waiting for fresh work lets
-        what arrives meanwhile join the step, so steps grow to what the swarm generates."""
-        if state.params.max_prompts_per_step is None or total >= state.params.step_limit:
-            return False
-        if any(p.commitment.policy_version >= state.version - 1 for p in ready):
-            return False
-        due = state.version_at + PACE_WAIT
-        if now >= due:
-            return False
-        self.ctx.timer(f"trainer:{state.spec.task_id}:pace", due)
-        return True
 
     def _drop_unusable(self, state: TrainerTask) -> list:
         """Before each step: nothing too old, nothing from a peer banned since we accepted it."""

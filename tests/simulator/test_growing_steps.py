@@ -1,6 +1,6 @@
 """Growing steps (the task's `max_prompts_per_step`) with a swarm that generates faster than its trainer
 trains: the workers generate a full step's worth of each version between them, the trainer waits for a
-batch of the policy before its newest (swarm/roles/trainer.py `_pacing`) instead of stepping on the
+batch of the policy before its newest (swarm/roles/steps.py) instead of stepping on the
 first prompts_per_step checked, so its steps grow, it trains nearly all the time and nothing ages out.
 Cost-model jobs at the real-jobs durations (generate a batch 1.0 s, verify 0.37 s, train 0.33 s per
 prompts_per_step: SmolLM2's train/generate ratio on an H100), 16 workers, a minute and a half."""
