@@ -49,7 +49,7 @@ class WorkerTask:
     job_version: int | None = None
     job_term: int = 0  # the chain's term of the version being generated with (the commitment names it)
     batches: dict[int, int] = field(default_factory=dict)  # version -> batches generated
-    extra: dict[int, int] = field(default_factory=dict)  # version -> batches allowed past the share (stalls)
+    extra: dict[int, int] = field(default_factory=dict)  # version -> its stalls (rounds of batches past the share)
     stalled: int | None = None  # the version we are waiting past, once its stall timer is set
     first_version: int | None = None  # the first version we generated for (its share primes the pipeline)
     commitments: int = 0
@@ -122,7 +122,7 @@ class WorkerRole(Role):
         batch = state.batches.get(version, 0)
         if state.first_version is None:
             state.first_version = version
-        if batch >= min(state.params.max_batches_per_version, self._share(state, version) + state.extra.get(version, 0)):
+        if batch >= min(state.params.max_batches_per_version, self._share(state, version)):
             if state.stalled != version:  # the trainer may still need more (failed checks, a worker gone)
                 state.stalled = version
                 self.ctx.timer(f"worker:{state.spec.task_id}:stall", now + self._stall_after(state, version))
@@ -148,16 +148,23 @@ class WorkerRole(Role):
         (an uncapped first version had 36 of its batches dropped at the start of a bench run); growing
         steps take whatever is ready, so they need no priming. When the step's batches do not divide
         evenly, the extra ones go to other workers from one version to the next (the rank rotates with
-        the version), so no worker is always the one left idle or doing two. A worker left waiting
-        (`_stall_after`: failed checks, a worker gone) is allowed one more batch."""
+        the version), so no worker is always the one left idle or doing two. Each stall of the version
+        (`_stall_after`: failed checks, a worker gone) adds one round of a minimum step's batches, one
+        each to the workers next in rank after those that had the version's share: the trainer needs
+        that much to step again, and one batch from every worker (what each did alone before) made 64
+        workers generate 64 extra batches of the first version while its first step trained, and 56 of
+        them aged out unread."""
         me = self.ctx.peer_id
         workers = sorted({me} | set(self.ctx.alive_with_role("worker")))
+        n, rank = len(workers), (workers.index(me) - version) % len(workers)
         commits = -(-self._next_step(state) // state.params.prompts_per_commit)
-        base, rest = divmod(commits, len(workers))
-        share = base + (1 if (workers.index(me) - version) % len(workers) < rest else 0)
+        base, rest = divmod(commits, n)
+        share = base + (1 if rank < rest else 0)
         if version == state.first_version and state.params.max_prompts_per_step is None:
-            return min(state.params.max_batches_per_version, (state.async_level + 1) * max(share, 1))
-        return share
+            share = min(state.params.max_batches_per_version, (state.async_level + 1) * max(share, 1))
+        round_size = min(n, -(-state.params.prompts_per_step // state.params.prompts_per_commit))
+        stalls = state.extra.get(version, 0)
+        return share + sum(1 for k in range(stalls) if (rank - commits - k * round_size) % n < round_size)
 
     @staticmethod
     def _next_step(state: WorkerTask) -> int:

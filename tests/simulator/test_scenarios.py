@@ -28,15 +28,19 @@ PINNED = {
     # several validators are all held against a trainer's own check (smoke was 14072ba2...,
     # adversarial 7851677a..., churn-compressed af756b76..., trainer-failover 9ee6b70a...); adversarial
     # and trainer-failover keep the train (and failover's verify) times they were built with in their files.
-    "smoke": "28b84abc0354a8d6515a2336b7c70ae207bc8790233bf6dc9c980a5f598afb06",
-    "adversarial": "cc8c44769144249567d43f205f4bb6f4d07cc6227f0ee000100daba28b7120ab",
-    "churn-compressed": "88ae1de1a2d0a46b37cee4e3ce044bce499c673a2e3400b9b22f167f3f3b83bb",
-    "trainer-failover": "0ee722b75c9debe9802bf8dfcf428433a3577e11d6bf3823b1a40ec897cc7f30",
+    # Moved when a stall's extra batches became one round of a minimum step's worth spread over the
+    # workers by rank instead of one from every worker (swarm/roles/worker.py `_share`; 64 workers had
+    # made 64 extra batches of version 0 and 54 aged out): smoke was 28b84abc..., adversarial
+    # cc8c4476..., churn-compressed 88ae1de1..., trainer-failover 0ee722b7..., scaling 285a1728...
+    "smoke": "6d32573032074f80997f531d0c92ffdefdf120821eb1671c5e65caef5de11018",
+    "adversarial": "b0a7e30ead44e8c5cf593aab574b0273eb55df6f0c9f91c6b5f9c6d94a780eb8",
+    "churn-compressed": "4499092236921287f3fab9be538d857527cd815659d4ed8b974ce0c06eb64eb8",
+    "trainer-failover": "99de22e0c732101bedf963d73e0f71ec396fe48fd6025a9f37ea920a5b7a9070",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...
-    "scaling": "285a1728260a685b7d22d3b84ca040c651d8dba948f75e4e7ea01dd78f88b7d8",
+    "scaling": "31afb93b7cd84c46159b5ea81b9896f5633774624a39b0b5a661cab2cd7d895b",
 }
 
 

@@ -79,12 +79,20 @@ def test_workers_split_each_version_and_a_stalled_worker_makes_more():
     idle = Counter(w.peer_id for version in settled for w in workers if not per_version[(w.peer_id, version)])
     assert len(settled) >= 3 and len(idle) == 3 and max(idle.values()) - min(idle.values()) <= 1
 
-    # the trainer stops publishing (its train jobs fail): a worker at its share waits STALL_AFTER,
-    # then makes one more batch for the same version
+    # the trainer stops publishing (its train jobs fail): workers at their share wait STALL_AFTER, then
+    # make one more minimum step's worth of the same version between them (2 batches, not one each),
+    # the first from the worker that sat the version out; each further stall 2 more
     real = net.jobs
     net.jobs = lambda peer, job: (False, None, "disk full", {}) if job.kind == jobs.TRAIN else real(peer, job)
     net.run_for(5)
-    before = Counter(p for p, f in net.events_named("rollouts-committed"))
+    committed = lambda: [(p, f["version"]) for p, f in net.events_named("rollouts-committed")]
+    start = len(committed())
     net.run_for(worker_role.STALL_AFTER + 2)
-    after = Counter(p for p, f in net.events_named("rollouts-committed"))
-    assert all(after[w.peer_id] >= before[w.peer_id] + 1 for w in workers)
+    first = committed()[start:]
+    assert len(first) == 2 and len({v for _, v in first}) == 1, first
+    version = first[0][1]
+    sat_out = [w.peer_id for w in workers if not Counter(committed()[:start])[(w.peer_id, version)]]
+    assert sat_out and sat_out[0] in {p for p, _ in first} and len({p for p, _ in first}) == 2
+    net.run_for(worker_role.STALL_AFTER)
+    second = committed()[start + 2:]
+    assert len(second) == 2 and {v for _, v in second} == {version}, second
