@@ -49,7 +49,7 @@ class WorkerTask:
     job_version: int | None = None
     job_term: int = 0  # the chain's term of the version being generated with (the commitment names it)
     batches: dict[int, int] = field(default_factory=dict)  # version -> batches generated
-    extra: dict[int, int] = field(default_factory=dict)  # version -> its stalls (rounds of batches past the share)
+    stalls: dict[int, int] = field(default_factory=dict)  # version -> its stalls (each a round of batches past the share)
     stalled: int | None = None  # the version we are waiting past, once its stall timer is set
     first_version: int | None = None  # the first version we generated for (its share primes the pipeline)
     commitments: int = 0
@@ -99,7 +99,7 @@ class WorkerRole(Role):
         effects = state.policy.on_manifest(self.ctx, self, now, msg, signer)
         for version in [v for v in state.batches if v not in state.policy.held and v < state.policy.latest]:
             del state.batches[version]
-            state.extra.pop(version, None)
+            state.stalls.pop(version, None)
         return effects
 
     def on_response(self, now, tag, response: ResponseReceived) -> list:
@@ -152,7 +152,7 @@ class WorkerRole(Role):
         (`_stall_after`: failed checks, a worker gone) adds one round of a minimum step's batches, one
         each to the workers next in rank after those that had the version's share: the trainer needs
         that much to step again, and one batch from every worker (what each did alone before) made 64
-        workers generate 64 extra batches of the first version while its first step trained, and 56 of
+        workers generate 64 extra batches of the first version while its first step trained, and 54 of
         them aged out unread."""
         me = self.ctx.peer_id
         workers = sorted({me} | set(self.ctx.alive_with_role("worker")))
@@ -163,8 +163,7 @@ class WorkerRole(Role):
         if version == state.first_version and state.params.max_prompts_per_step is None:
             share = min(state.params.max_batches_per_version, (state.async_level + 1) * max(share, 1))
         round_size = min(n, -(-state.params.prompts_per_step // state.params.prompts_per_commit))
-        stalls = state.extra.get(version, 0)
-        return share + sum(1 for k in range(stalls) if (rank - commits - k * round_size) % n < round_size)
+        return share + sum(1 for k in range(state.stalls.get(version, 0)) if (rank - commits - k * round_size) % n < round_size)
 
     @staticmethod
     def _next_step(state: WorkerTask) -> int:
@@ -189,7 +188,7 @@ class WorkerRole(Role):
             return STALL_AFTER
         times = sorted(state.version_at.values())
         period = (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else 0.0
-        return max(STALL_AFTER, STALL_PERIODS * period) * (1 + state.extra.get(version, 0))
+        return max(STALL_AFTER, STALL_PERIODS * period) * (1 + state.stalls.get(version, 0))
 
     def on_job_finished(self, now, tag, done: JobFinished) -> list:
         task_id, version, indices = tag
@@ -240,7 +239,7 @@ class WorkerRole(Role):
         if what == "stall":
             version, state.stalled = state.stalled, None
             if version is not None and version == state.policy.newest_held() and state.job_version is None:
-                state.extra[version] = state.extra.get(version, 0) + 1
+                state.stalls[version] = state.stalls.get(version, 0) + 1
         return effects + self._maybe_generate(now, state)
 
     def snapshot(self) -> dict:
