@@ -223,7 +223,7 @@ def run_swarming(cfg: SwarmingConfig) -> dict:
         counts["uploads"] += 1
         token = counts["uploads"]
         waiting[token] = (client, root, index)
-        serving, why = (ex[server].serve(root, index, net.now, token) if (server == 0 or not star)
+        serving, why = (ex[server].serve(root, index, net.now, token, peer=client) if (server == 0 or not star)
                         else (None, "not-found"))
         if why != "queued":
             upload(server, token, serving, why)

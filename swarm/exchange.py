@@ -214,15 +214,16 @@ class ShardExchange:
 
     # ------------------------------------------------------------------ serving (swarm/uploads.py)
 
-    def serve(self, root: bytes, index: int, now: float = 0.0, token: object = None) -> tuple[Serve | None, str]:
+    def serve(self, root: bytes, index: int, now: float = 0.0, token: object = None,
+              peer: object = None) -> tuple[Serve | None, str]:
         """(what to send for piece `index` of `root`, "") if we serve it now; (None, "not-found") if we do
         not hold it; (None, "busy") when we originated this version and other pieces have gone out fewer
-        times, or every upload slot is taken (the asker gets it from a peer, or later); (None, "queued")
+        times (once per `peer` and piece: swarm/uploads.py), or every upload slot is taken (the asker gets it from a peer, or later); (None, "queued")
         when it waits for a slot. With a `token`, the slot is held until `upload_done(token)`."""
         d = self._holding(root, index)
         if d is None:
             return None, "not-found"
-        return self.uploader.serve(d, index, now, token)
+        return self.uploader.serve(d, index, now, token, peer)
 
     def upload_done(self, token: object, now: float = 0.0) -> list[tuple[object, Serve | None]]:
         """Free `token`'s slot; returns the queued requests that may go now: (token, what to send, or None

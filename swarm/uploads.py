@@ -23,6 +23,7 @@ from swarm.download import Download
 from swarm.exchangeio import Serve
 
 Token = object  # the runtime's id for one request being answered
+MAX_SPREAD_REFUSED = 4096  # (asker, piece) pairs remembered per version; past it, forgotten at once
 
 
 class Uploader:
@@ -33,6 +34,11 @@ class Uploader:
         self.slots: dict[Token, float] = {}  # upload token -> when its slot frees anyway
         self.queue: list[tuple[Token, bytes, int]] = []  # requests waiting for a slot: (token, root, index)
         self.served: dict[bytes, list[int]] = {}  # root of a version we originated -> serves per piece
+        # root -> (asker, piece) refused by the spread rule: an asker that comes back for the same piece
+        # after its rest found it nowhere else, and is served. Without this, when every downloader
+        # lacked the same pieces and those had gone out more than the others (to a peer that left, or
+        # that corrupted them), the origin refused them to everyone forever.
+        self.spread_refused: dict[bytes, set] = {}
 
     def originated(self, root: bytes, n: int) -> None:
         """We produced version `root` (of `n` pieces): spread its pieces (super-seeding)."""
@@ -40,14 +46,22 @@ class Uploader:
 
     def forget(self, root: bytes) -> None:
         self.served.pop(root, None)
+        self.spread_refused.pop(root, None)
 
-    def serve(self, d: Download, index: int, now: float, token: Token | None) -> tuple[Serve | None, str]:
+    def serve(self, d: Download, index: int, now: float, token: Token | None,
+              peer: object = None) -> tuple[Serve | None, str]:
         """`d` holds piece `index`: see `ShardExchange.serve`."""
         cfg = self.config
         served = self.served.get(d.want.root)
         if served is not None:
             if cfg.spread >= 0 and served[index] > min(served) + cfg.spread - 1:
-                return None, "busy"
+                refused = self.spread_refused.setdefault(d.want.root, set())
+                if peer is None or (peer, index) not in refused:
+                    if len(refused) >= MAX_SPREAD_REFUSED:
+                        refused.clear()
+                    refused.add((peer, index))
+                    return None, "busy"
+                refused.discard((peer, index))
         if token is not None and cfg.upload_slots:
             for t in [t for t, until in self.slots.items() if until <= now]:
                 del self.slots[t]

@@ -116,7 +116,7 @@ class ShardsRole(Role):
         if not self.serves:
             self.refused += 1
             return [Respond(request_id, error="not-found")]
-        serve, why = self.exchange.serve(root, index, now, token=request_id)
+        serve, why = self.exchange.serve(root, index, now, token=request_id, peer=peer)
         if why == "queued":
             return []  # answered when an upload slot frees (on_sent)
         if serve is None:

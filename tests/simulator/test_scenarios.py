@@ -32,15 +32,19 @@ PINNED = {
     # workers by rank instead of one from every worker (swarm/roles/worker.py `_share`; 64 workers had
     # made 64 extra batches of version 0 and 54 aged out): smoke was 28b84abc..., adversarial
     # cc8c4476..., churn-compressed 88ae1de1..., trainer-failover 0ee722b7..., scaling 285a1728...
+    # Moved when an origin serves a piece the spread rule refused to an asker that comes back for it
+    # (swarm/uploads.py; before, pieces every downloader lacked could be refused to all of them for
+    # good): adversarial was b0a7e30e..., churn-compressed 44990922..., trainer-failover 99de22e0...,
+    # scaling 31afb93b...; smoke did not move.
     "smoke": "6d32573032074f80997f531d0c92ffdefdf120821eb1671c5e65caef5de11018",
-    "adversarial": "b0a7e30ead44e8c5cf593aab574b0273eb55df6f0c9f91c6b5f9c6d94a780eb8",
-    "churn-compressed": "4499092236921287f3fab9be538d857527cd815659d4ed8b974ce0c06eb64eb8",
-    "trainer-failover": "99de22e0c732101bedf963d73e0f71ec396fe48fd6025a9f37ea920a5b7a9070",
+    "adversarial": "33fa9f7fcf80c8a095ca10dc992026ea14f21e2e45613679a570c0eea557290a",
+    "churn-compressed": "c14c270ec5489c28c8914f41a220955c367e3eaccacfdbe95029d657511f1231",
+    "trainer-failover": "abac31f8e2d31d8a12dd3294024e60f704ef2e86792ced8703e294f205abd4e6",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...
-    "scaling": "31afb93b7cd84c46159b5ea81b9896f5633774624a39b0b5a661cab2cd7d895b",
+    "scaling": "a61ffbf87bfbf1b95b5dcaa914e1108cde0e64b696f0fece2261d00c719b01cd",
 }
 
 

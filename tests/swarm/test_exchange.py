@@ -285,6 +285,22 @@ def test_keep_and_drop():
     assert ex.keep() == frozenset() and ex.serve(WANT.root, 3) == (None, "not-found")
 
 
+def test_an_origin_serves_a_refused_piece_to_an_asker_that_comes_back_for_it():
+    """Pieces 0 and 1 went out to a peer that then left; the two peers still downloading both lack them
+    and hold every other piece, so none of the least-served pieces is ever asked for again: each asker
+    is refused once, and served when it comes back after its rest (before, refused forever)."""
+    ex = ShardExchange(Rng(1), ExchangeConfig(spread=1))
+    ex.add(0.0, WANT, held=True)
+    for i in (0, 1):
+        assert ex.serve(WANT.root, i, peer="gone")[0] is not None
+    assert ex.serve(WANT.root, 0, peer="a") == (None, "busy")
+    assert ex.serve(WANT.root, 1, peer="b") == (None, "busy")
+    assert ex.serve(WANT.root, 1, peer="a") == (None, "busy"), "refused per piece: a has not asked for 1"
+    assert ex.serve(WANT.root, 0, peer="a")[0].shard == WANT.hashes[0]
+    assert ex.serve(WANT.root, 1, peer="b")[0].shard == WANT.hashes[1]
+    assert ex.serve(WANT.root, 0, peer="b") == (None, "busy")
+
+
 def test_an_origin_spreads_first_copies_before_repeats():
     ex = ShardExchange(Rng(1), ExchangeConfig(spread=1))
     ex.add(0.0, WANT, held=True)
