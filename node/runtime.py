@@ -80,6 +80,8 @@ async def run_node(cfg: NodeConfig, *, task_status=trio.TASK_STATUS_IGNORED) -> 
             host.set_request_handler(protocols.SHARD, lambda peer, data: driver.handle_request(protocols.SHARD, peer, data))
             host.set_request_handler(protocols.CHECK, lambda peer, data: driver.handle_request(protocols.CHECK, peer, data),
                                      max_request_bytes=protocols.CHECK_REQUEST_CAP)
+            host.set_request_handler(protocols.PING, lambda peer, data: driver.handle_request(protocols.PING, peer, data),
+                                     max_request_bytes=protocols.PING_REQUEST_CAP)
             nursery.start_soon(driver.publisher)
             addrs = host.listen_addrs()
             driver.feed(Started(tuple(addrs)))

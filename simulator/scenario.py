@@ -151,7 +151,8 @@ class Scenario(Settings):
     workload: WorkloadSpec = WorkloadSpec()
     jobs: dict[str, JobSpec] = Field({}, description="job kind -> JobSpec table")
     job_slots: int = Field(1, ge=1, le=64)
-    core: dict = Field({}, description="CoreConfig overrides; a [core.membership] table overrides MembershipConfig")
+    core: dict = Field({}, description="CoreConfig overrides; a [core.membership] table overrides MembershipConfig, "
+                          "[core.links] LinkConfig")
     gossip: dict = Field({}, description="GossipConfig overrides (D, Dlo, Dhi, heartbeat, ...)")
 
     @property
@@ -257,8 +258,10 @@ def real_role_jobs(s: Scenario) -> bool:
 def core_config(s: Scenario):
     """The CoreConfig every peer gets (roles are set per group)."""
     from swarm.core import CoreConfig
+    from swarm.links import LinkConfig
     from swarm.membership import MembershipConfig
-    return _override(CoreConfig, s.core, "scenario.core", {"membership": MembershipConfig}, {"roles", "agent", "release"})
+    return _override(CoreConfig, s.core, "scenario.core", {"membership": MembershipConfig, "links": LinkConfig},
+                     {"roles", "agent", "release"})
 
 
 def gossip_config(s: Scenario):

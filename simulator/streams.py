@@ -2,7 +2,10 @@
 
 Each request and each answer is a bandwidth-sharing flow (simulator/flows.py) of its size plus
 `STREAM_OVERHEAD`, then one one-way delay; a request times out after its `SendRequest.timeout`, and
-fails when either side goes down or their link closes. Like node/runtime.py, the runtime serves
+fails when either side goes down or their link closes. Pings (`/swarm/ping/1`, swarm/links.py) are
+the exception: a few hundred bytes on every quiet link every few seconds, they take the one-way delay
+only and are not traced (what they decide, a `peer-gone`, is), so a quiet 1,000-peer swarm does not
+spend its run solving flows for them. Like node/runtime.py, the runtime serves
 `/swarm/blob/1` itself from the peer's blob store; a shard answer is what `RespondShard` asks for
 (swarm/shardwire.py: the piece handed over, else the stored one, else "not-found"), and the
 server's core hears `ShardSent` once the upload ends, as node/driver.py tells it. The answer travels
@@ -66,14 +69,18 @@ class Streams:
         self._request_seq += 1
         req = Request(self._request_seq, i, sim.nodes[i].incarnation, -1 if j is None else j, e.request_id,
                       e.protocol, e.data)
-        sim.trace.record(sim.loop.now, i, "request", {"to": req.server, "proto": e.protocol, "rid": e.request_id,
-                                                      "size": len(e.data)})
+        if e.protocol != protocols.PING:
+            sim.trace.record(sim.loop.now, i, "request", {"to": req.server, "proto": e.protocol,
+                                                          "rid": e.request_id, "size": len(e.data)})
         if j is None or j not in sim.router.conns[i]:
             req.done = True
             sim.feed_later(0.0, i, ResponseReceived(e.peer, e.protocol, e.request_id, error="not connected"))
             return
         self.requests[req.seq] = req
-        req.flow = sim.flows.start(i, j, len(e.data) + STREAM_OVERHEAD, lambda fl, r=req: self._request_sent(r))
+        if e.protocol == protocols.PING:
+            sim.loop.after(sim.net.one_way(i, j), self._request_arrives, req)
+        else:
+            req.flow = sim.flows.start(i, j, len(e.data) + STREAM_OVERHEAD, lambda fl, r=req: self._request_sent(r))
         sim.loop.after(e.timeout, self._timeout, req)
 
     def _request_sent(self, req: Request) -> None:
@@ -128,6 +135,10 @@ class Streams:
 
     def _send_response(self, j: int, req: Request | None, rid: int, data: bytes, error: str | None) -> None:
         sim = self.sim
+        if req is not None and req.protocol == protocols.PING:
+            if not req.done:
+                sim.loop.after(sim.net.one_way(j, req.client), self._response_arrives, req, data, error)
+            return
         sim.trace.record(sim.loop.now, j, "respond", {"rid": rid, "size": len(data), "error": error or ""})
         if req is None or req.done:
             return
@@ -158,8 +169,9 @@ class Streams:
         req.done = True
         self.requests.pop(req.seq, None)
         client = sim.nodes[req.client]
-        sim.trace.record(sim.loop.now, req.client, "response", {"from": req.server, "rid": req.rid,
-                                                                "size": len(data), "error": error or ""})
+        if req.protocol != protocols.PING:
+            sim.trace.record(sim.loop.now, req.client, "response", {"from": req.server, "rid": req.rid,
+                                                                    "size": len(data), "error": error or ""})
         if client.up and client.incarnation == req.client_inc:
             sim.feed(req.client, ResponseReceived(sim.nodes[req.server].peer_id, req.protocol, req.rid, data, error))
 
@@ -177,8 +189,9 @@ class Streams:
             req.flow = None
         self._shard_sent(req)
         client = sim.nodes[req.client]
-        sim.trace.record(sim.loop.now, req.client, "response", {"from": req.server, "rid": req.rid, "size": 0,
-                                                                "error": why})
+        if req.protocol != protocols.PING:
+            sim.trace.record(sim.loop.now, req.client, "response", {"from": req.server, "rid": req.rid,
+                                                                    "size": 0, "error": why})
         if client.up and client.incarnation == req.client_inc:
             peer = sim.nodes[req.server].peer_id if req.server >= 0 else ""
             sim.feed_later(0.0, req.client, ResponseReceived(peer, req.protocol, req.rid, error=why))

@@ -7,8 +7,9 @@ seeded `Rng`. The real runtime (`node/`) and the simulator (`simulator/`) drive 
 what the simulator shows is what the network does. This file builds the parts and routes each input
 to the one that handles it: every network message through the intake (swarm/intake.py), whose
 accepted messages are dispatched here; verdict, quorum and ban rules in swarm/trust.py; task sync in
-swarm/tasksync.py; operator commands in swarm/commands.py; the status in swarm/snapshot.py. Roles
-see the peer only through their `RoleContext` (swarm/context.py).
+swarm/tasksync.py; liveness of our links in swarm/links.py and swarm/pings.py; operator commands in swarm/commands.py;
+the status in swarm/snapshot.py. Roles see the peer only through their `RoleContext`
+(swarm/context.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from gossip import errors, topics
-from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope
+from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity
 from gossip.messages import (MAX_PEERS_DECLARED, Probe, RolloutCommitment, ShardHave, StatusHeartbeat,
@@ -32,10 +33,12 @@ from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBoo
 from swarm.context import Pending, RoleContext
 from swarm.forkchoice import Chains
 from swarm.intake import Intake
+from swarm.links import LinkConfig, Links
 from swarm.io import (Ban, DialFailed, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
                       PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
                       ShardsPresent, Started, StreamAbuse, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
+from swarm.pings import Pings
 from swarm.roles.base import Role
 from swarm.roles.mirror import LeechRole, MirrorRole
 from swarm.roles.shards import ShardsRole
@@ -61,6 +64,7 @@ class CoreConfig:
     roles: tuple[str, ...] = ("relay",)
     agent: str = AGENT
     membership: MembershipConfig = field(default_factory=MembershipConfig)
+    links: LinkConfig = field(default_factory=LinkConfig)
     max_tasks: int = 32
     clock_skew: float = 30.0  # how far in the future a timestamp may be
     message_window: float = 600.0  # timestamped messages older than this are refused
@@ -94,6 +98,7 @@ class PeerCore:
         self.stats = GossipStats()
         self.stall = StallWatch()  # our own stalls (swarm/stall.py): seen in how late our timers fire
         self.membership = Membership(self.peer_id, config.membership, release, self.stall)
+        self.links = Links(config.links, config.membership.gone_after, self.stall)
         self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
@@ -106,7 +111,7 @@ class PeerCore:
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         if envelope_memo is not None and envelope_memo.kinds != release.kinds:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
-        opener = envelope_memo.open if envelope_memo is not None else partial(open_envelope, kinds=release.kinds)
+        self._open = opener = envelope_memo.open if envelope_memo is not None else partial(open_envelope, kinds=release.kinds)
         self.intake = Intake(self.peer_id, config, opener, self.ledger, self.seen, self.stats, self.trust.penalise,
                              release, self.membership.announced, self.stall)
         self.context = ctx = RoleContext(
@@ -121,7 +126,12 @@ class PeerCore:
                              self.trust.penalise)
         self.commands = Commands(identity, ctx, self.tasks, self.seen, self.stats, self.rng, self.trust,
                                  self._learn_task)
+        self.pings = Pings(self.links, self.membership, self.pending, self.stall, self.trust.penalise, opener,
+                           config.links.ping_timeout, lambda: self.started_at is not None, self._signed_beat,
+                           lambda now, beat, peer: self._on_heartbeat(now, beat, peer, peer, gossip=False))
         self._heartbeat_seq = -1
+        self._gossiped_beat = False  # our first heartbeat on gossip is out (a ping's does not count)
+        self._pace: tuple[float, int] | None = None  # (interval, swarm size) our last gossiped heartbeat declared
 
     # ------------------------------------------------------------------ driving
 
@@ -136,6 +146,7 @@ class PeerCore:
 
     def _handle(self, now: float, inp: object) -> list:
         if isinstance(inp, MessageReceived):
+            self.links.heard_from(now, inp.from_peer)
             return self.intake.receive(now, inp, self._dispatch)
         if isinstance(inp, Tick):
             return self._on_tick(now)
@@ -145,12 +156,15 @@ class PeerCore:
             if self.ledger.is_banned(inp.peer):
                 return [Ban(inp.peer, "banned")]
             self.membership.on_connected(inp.peer, inp.addrs)
+            self.links.opened(now, inp.peer)
             if self.started_at is not None and "heartbeat" not in self.timers:
                 self.timers.set("heartbeat", now + (self.config.membership.first_beat_wait
-                                                    if self._heartbeat_seq < 0 else 0.0))
-            return [Emit("peer-connected", {"peer": inp.peer})] + self.shards.on_connected(now, inp.peer)
+                                                    if not self._gossiped_beat else 0.0))
+            return ([Emit("peer-connected", {"peer": inp.peer})] + self.pings.ping(now, inp.peer)
+                    + self.shards.on_connected(now, inp.peer))
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
+            self.links.closed(inp.peer)
             self.shards.on_disconnected(inp.peer)
             return [Emit("peer-disconnected", {"peer": inp.peer})]
         if isinstance(inp, ShardsPresent):
@@ -161,8 +175,11 @@ class PeerCore:
             self.membership.on_dial_failed(now, inp.peer)
             return []
         if isinstance(inp, RequestReceived):
+            self.links.heard_from(now, inp.peer)
             return self._on_request(now, inp)
         if isinstance(inp, ResponseReceived):
+            if inp.error is None:  # an answer; an error may be our own runtime's (timeout, not connected)
+                self.links.heard_from(now, inp.peer)
             return self._on_response(now, inp)
         if isinstance(inp, LocalCommand):
             return self.commands.handle(now, inp)
@@ -199,12 +216,14 @@ class PeerCore:
         for name in self.timers.pop_due(now):
             if name == "heartbeat":
                 uptime = now - self.started_at if self.started_at is not None else 0.0
-                interval, size = self.membership.pace(uptime)
+                interval, size = self._pace = self.membership.pace(uptime)
                 effects += self.context.publish(now, topics.STATUS, self._heartbeat(now, interval, size))
+                self._gossiped_beat = True
                 for topic, message in self.release.extras(now, self._uptime(now)):
                     effects += self.context.publish(now, topic, message)
                 self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
             elif name == "sweep":
+                effects += self.pings.check(now)
                 effects += self.membership.sweep(now) + self.tasks.expire(now)
                 self.pending.expire(now)
                 self.timers.set("sweep", now + self.config.sweep_interval)
@@ -224,14 +243,21 @@ class PeerCore:
     def _uptime(self, now: float) -> float:
         return now - self.started_at if self.started_at is not None else 0.0
 
-    def _heartbeat(self, now: float, interval: float, size: int = 0) -> StatusHeartbeat:
+    def _signed_beat(self, now: float) -> bytes:
+        """Our heartbeat for a link (swarm/pings.py): the interval and size of our last gossiped one
+        (pace() costs the table's size), and no peer exchange (gossip brings that)."""
+        interval, size = self._pace if self._pace is not None else self.membership.pace(self._uptime(now))
+        return seal(self.identity, self._heartbeat(now, interval, size, exchange=False)).wire
+
+    def _heartbeat(self, now: float, interval: float, size: int = 0, exchange: bool = True) -> StatusHeartbeat:
         # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.
         self._heartbeat_seq = max(self._heartbeat_seq + 1, int(now * 1000))
         return self.release.heartbeat(
             self._uptime(now), seq=self._heartbeat_seq, sent_at=now, interval=interval, roles=self.config.roles, agent=self.config.agent,
             listen_addrs=self.listen_addrs[:8], tasks=self.tasks.ids()[:32],
             versions={k: v for k, v in sorted(self.versions.items())[:32]},
-            known_peers=self.membership.exchange_sample(self.rng), peers=min(size, MAX_PEERS_DECLARED))
+            known_peers=self.membership.exchange_sample(self.rng) if exchange else (),
+            peers=min(size, MAX_PEERS_DECLARED))
 
     # ------------------------------------------------------------------ accepted gossip, routed
 
@@ -240,12 +266,7 @@ class PeerCore:
         """A message the intake accepted so far; may still raise Rejected."""
         message = signed.message
         if isinstance(message, StatusHeartbeat):
-            effects = self.membership.on_heartbeat(now, signer, message)
-            if self._heartbeat_seq < 0 and message.peers and "heartbeat" in self.timers:
-                self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
-            effects += self.shards.on_heartbeat(now, signer, message.versions)
-            self.stats.on_delivered("status", now - message.sent_at)
-            return effects + self.sync.ask(now, message.tasks, signer, forwarder)
+            return self._on_heartbeat(now, message, signer, forwarder)
         if isinstance(message, TaskAnnouncement):
             self.stats.on_delivered("task", None)
             return self._learn_task(now, signed, via=net)
@@ -258,6 +279,16 @@ class PeerCore:
             self.stats.on_delivered(signed.kind, now - message.sent_at)
             return []
         return self._on_task_message(now, topic, signed, signer)
+
+    def _on_heartbeat(self, now: float, message: StatusHeartbeat, signer: str, forwarder: str,
+                      gossip: bool = True) -> list:
+        effects = self.membership.on_heartbeat(now, signer, message)
+        if not self._gossiped_beat and message.peers and "heartbeat" in self.timers:
+            self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
+        effects += self.shards.on_heartbeat(now, signer, message.versions)
+        if gossip:  # a ping's heartbeat is not a gossip delivery (the latency figures are gossip's)
+            self.stats.on_delivered("status", now - message.sent_at)
+        return effects + self.sync.ask(now, message.tasks, signer, forwarder)
 
     def _last_seen(self, peer: str) -> float | None:
         info = self.membership.peers.get(peer)
@@ -327,6 +358,8 @@ class PeerCore:
             return self.shards.on_request(now, inp.peer, inp.request_id, inp.data)
         if inp.protocol == protocols.CHECK:
             return self._on_check_request(now, inp)
+        if inp.protocol == protocols.PING:
+            return self.pings.on_ping(now, inp)
         return [Respond(inp.request_id, error="unsupported-protocol")]
 
     def _on_check_request(self, now: float, inp: RequestReceived) -> list:
@@ -359,6 +392,8 @@ class PeerCore:
         owner, tag = pending[3], pending[4]
         if owner is not None:
             return owner.on_response(now, tag, inp)
+        if inp.protocol == protocols.PING:
+            return self.pings.on_answer(now, inp)
         if inp.error is not None:
             return [Emit("request-failed", {"peer": inp.peer, "protocol": inp.protocol, "error": inp.error[:200]})]
         if inp.protocol == protocols.SYNC:

@@ -3,7 +3,8 @@
 Liveness comes from signed application heartbeats, not from connections: a stopped (SIGSTOP) peer
 keeps its TCP connection and stays in the gossipsub mesh (DESIGN.md), so only silence tells. A peer
 silent for `gone_factor` times its declared interval (at least `gone_after`) is marked gone and its
-connection closed; a heartbeat brings it back.
+connection closed; a heartbeat brings it back. The peers we hold a link to are judged sooner, on the
+link itself (swarm/links.py, `link_dead`): `gone_after` of silence there, whatever their interval.
 
 Heartbeats go to every peer, so their total rate must not grow with the swarm: each peer stretches
 its interval to keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers,
@@ -241,6 +242,19 @@ class Membership:
                 later.append((max(when, now + slack * 2), peer, info.last_seen))
         for entry in later:
             heapq.heappush(due, entry)
+        return effects
+
+    def link_dead(self, now: float, peer: str) -> list:
+        """Our link to `peer` went silent (swarm/links.py): it is gone and the link is closed, as when its
+        heartbeats stop, but judged in seconds at every swarm size instead of three stretched intervals."""
+        info = self.peers.get(peer)
+        effects: list = [Disconnect(peer, "silent")]
+        if info is not None and info.state == ALIVE:
+            info.state = GONE
+            info.next_dial = now + self.config.dial_backoff
+            silent = round(now - info.last_seen, 3) if info.last_seen is not None else None
+            effects.insert(0, Emit("peer-gone", {"peer": peer, "silent_for": silent, "link": True}))
+            heapq.heappush(self._due, (info.last_seen + self.config.forget_after, peer, info.last_seen))
         return effects
 
     def gone_threshold(self, info: PeerInfo) -> float:

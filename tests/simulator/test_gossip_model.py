@@ -55,10 +55,17 @@ def test_ihave_iwant_repair_heavy_loss():
     r = run_scenario(tiny(peers=20, duration=150, settle=30, checks=("delivery-complete",),
                           extra="[network]\nloss = 0.3\n[workload]\nprobe_rate = 1.0\n"))
     assert r.checks["delivery-complete"].ok, r.checks["delivery-complete"].violations[:3]
-    sim_lossless = _sim(peers=20, duration=60.0)
-    sim_lossy = _sim(peers=20, duration=60.0, extra="[network]\nloss = 0.3\n")
-    assert sim_lossy.router.iwant_served > 2 * sim_lossless.router.iwant_served
-    assert sim_lossy.net.frames_lost > 0 and sim_lossless.net.frames_lost == 0
+    # Once the meshes have formed (10 s), a lossless swarm needs no repair; the lossy one keeps needing it.
+    # Counted from then: the join phase's repairs depend on how fast peers meet, not on loss.
+    repaired = {}
+    for name, extra in (("lossless", ""), ("lossy", "[network]\nloss = 0.3\n")):
+        sim, _ = prepare(tiny(peers=20, duration=60, settle=10, extra=extra), Trace())
+        sim.loop.run(10.0)
+        joined = sim.router.iwant_served
+        sim.loop.run(60.0)
+        repaired[name] = (sim.router.iwant_served - joined, sim.net.frames_lost)
+    assert repaired["lossless"] == (0, 0)
+    assert repaired["lossy"][0] >= 20 and repaired["lossy"][1] > 0, repaired
 
 
 PARTITION = "[faults]\npartitions = [{ at = 30, duration = 30, fraction = 0.5 }]\n[workload]\nprobe_rate = 0.5\n"

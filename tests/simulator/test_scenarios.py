@@ -36,15 +36,18 @@ PINNED = {
     # (swarm/uploads.py; before, pieces every downloader lacked could be refused to all of them for
     # good): adversarial was b0a7e30e..., churn-compressed 44990922..., trainer-failover 99de22e0...,
     # scaling 31afb93b...; smoke did not move.
-    "smoke": "6d32573032074f80997f531d0c92ffdefdf120821eb1671c5e65caef5de11018",
-    "adversarial": "33fa9f7fcf80c8a095ca10dc992026ea14f21e2e45613679a570c0eea557290a",
-    "churn-compressed": "c14c270ec5489c28c8914f41a220955c367e3eaccacfdbe95029d657511f1231",
-    "trainer-failover": "abac31f8e2d31d8a12dd3294024e60f704ef2e86792ced8703e294f205abd4e6",
+    # Moved when links were pinged when silent and on connecting, each side's heartbeat going over a new
+    # link once (swarm/links.py, protocol.md 6.5): smoke was 6d325730..., adversarial 33fa9f7f...,
+    # churn-compressed c14c270e..., trainer-failover abac31f8..., scaling a61ffbf8...
+    "smoke": "3752cbb931ac248a8126ea5c78b0e0e4e15eebc61b2fcf9208d4879e1f16d8ca",
+    "adversarial": "69f6ce86217292b0cec7333e831e8db2ab68b0f4d12ff23318cd5bef9431c495",
+    "churn-compressed": "facb80dab0ced55052526ed580ed1a729df0d06e5d7de74999305a19aa1ad509",
+    "trainer-failover": "c81be91fc8a9b94314aa7db2bc21eaf542e41018ed7d27fdfdfaf19774bc21b7",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...
-    "scaling": "a61ffbf87bfbf1b95b5dcaa914e1108cde0e64b696f0fece2261d00c719b01cd",
+    "scaling": "d288d7695dbc3b00f5c615259f0a800fd3456c43f0bee228efae7ece78b60c34",
 }
 
 

@@ -1,0 +1,102 @@
+"""Liveness of the peers we hold a link to, judged on the link itself (issue 27, item 1).
+
+Flooded heartbeats tell us about every peer, but their interval stretches with the swarm (about 100 s
+at 1,000 peers) and a flood of fake signers stretches it further, so a neighbour that froze was
+noticed only after three of those intervals, and a newcomer heard nothing of its neighbours until
+their next heartbeat. A link says more, and sooner: anything a neighbour sends us (a message it
+forwards, a request, an answer) shows it is running. A link silent for `ping_after` is asked
+(`/swarm/ping/1`); one silent for `gone_after` (membership's least silence before a peer is gone, 10 s;
+our question unanswered) is dead, whatever the swarm's size. A busy link is never pinged: in a swarm that gossips, traffic is the ping. A new link is pinged
+at once, and each side's heartbeat, freshly signed, goes over it once: in its first ping, or in its
+answer to the other side's first ping when that came first. So both ends know each other's roles,
+tasks and versions one round trip after connecting; every other ping and answer is empty (a
+signature, and the other side's opening of it, would be most of their cost).
+
+A SIGSTOPped neighbour keeps its TCP connection (DESIGN.md), which is why silence, not the connection,
+decides. A silence we slept through (swarm/stall.py) counts only from when we woke.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarm.stall import StallWatch
+
+
+# A request's errors that say nothing came back from the peer (the runtimes' words for them: the node's
+# `RequestError` reasons, the simulator's and the test harness's). Any other error is the peer's own
+# answer, a refusal or "I do not speak that protocol" (a plain libp2p peer): it is running.
+NO_ANSWER = ("timeout", "not connected", "not_connected")
+
+
+def answered(error: str | None) -> bool:
+    return error is None or not error.startswith(NO_ANSWER)
+
+
+@dataclass(frozen=True)
+class LinkConfig:
+    ping_after: float = 5.0  # a link silent this long is asked whether the peer is still there
+    ping_timeout: float = 5.0
+
+
+class Links:
+    """When we last heard from each linked peer, and which of them we are asking."""
+
+    def __init__(self, config: LinkConfig, dead_after: float, stall: StallWatch | None = None) -> None:
+        self.config = config
+        self.dead_after = dead_after  # silent this long, our ping unanswered: the link is dead
+        self.ping_after = min(config.ping_after, dead_after / 2)  # an answer has time to come back
+        self.stall = stall or StallWatch()
+        self.heard: dict[str, float] = {}  # linked peer -> when it last sent us anything
+        self.asking: dict[str, float] = {}  # linked peers with a ping out -> when it went
+        self.introduced: set[str] = set()  # linked peers our heartbeat went to on this link
+
+    def opened(self, now: float, peer: str) -> None:
+        self.heard[peer] = now
+        self.asking.pop(peer, None)
+        self.introduced.discard(peer)
+
+    def closed(self, peer: str) -> None:
+        self.heard.pop(peer, None)
+        self.asking.pop(peer, None)
+        self.introduced.discard(peer)
+
+    def heard_from(self, now: float, peer: str) -> None:
+        if peer in self.heard:
+            self.heard[peer] = now
+
+    def introduce(self, peer: str) -> bool:
+        """Whether our heartbeat should go to `peer` now: once per link (and never to an unlinked peer)."""
+        if peer in self.introduced or peer not in self.heard:
+            return False
+        self.introduced.add(peer)
+        return True
+
+    def pinged(self, now: float, peer: str) -> None:
+        self.asking[peer] = now
+
+    def ping_ended(self, peer: str) -> None:
+        self.asking.pop(peer, None)
+
+    def due(self, now: float) -> tuple[list[str], list[str]]:
+        """(links to ping now, links now dead), each in peer-id order: a link is dead once silent for
+        `dead_after` with a ping out for at least `dead_after - ping_after`. Costs one `min` while every
+        link has been heard within `ping_after`, which in a busy swarm is nearly always."""
+        heard = self.heard
+        if not heard:
+            return [], []
+        awake = self.stall.awake_since
+        if now - max(min(heard.values()), awake) < self.ping_after:
+            return [], []
+        ping, dead = [], []
+        grace = self.dead_after - self.ping_after  # how long a ping has to come back, at least
+        for peer in sorted(heard):
+            silent = now - max(heard[peer], awake)
+            if silent < self.ping_after:
+                continue
+            asked = self.asking.get(peer)
+            if asked is None:
+                ping.append(peer)  # however long the silence: nobody is gone without being asked
+            elif silent >= self.dead_after and now - max(asked, awake) >= grace:
+                dead.append(peer)
+        return ping, dead

@@ -1,0 +1,76 @@
+"""Issue 27 attack 1 against a real node process: heartbeats signed by fresh keys, under the per-forwarder
+rate of new signers, each declaring an hour's interval. The fakes fill the node's table and stretch its
+heartbeat interval (a swarm of hundreds, as far as it can tell), so before liveness was judged per link
+a peer that joined through it heard nothing of it until its next heartbeat, tens of seconds later.
+Now the newcomer's first link is pinged at once, and the ping's answer carries the node's heartbeat:
+the target is the issue's, the new peer sees its neighbour within 10 s."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import trio
+
+from gossip import topics
+from gossip.envelope import seal
+from gossip.identity import Identity
+from gossip.messages import StatusHeartbeat
+from node.procs import start_peer, stop_processes
+
+from .peers import open_plain_gossip_peer, wait_for
+from .test_spam_node import start_node, status
+
+pytestmark = pytest.mark.slow
+FLOOD_RATE = 18.0  # fresh signers a second: under the 20/s a forwarder may bring
+FLOOD_SECONDS = 25.0
+
+
+def fake_heartbeat() -> bytes:
+    now = time.time()
+    return seal(Identity(os.urandom(32)), StatusHeartbeat(
+        seq=int(now * 1000), sent_at=now, interval=3599.5, roles=("worker",), agent="fake",
+        listen_addrs=(), tasks=(), versions={}, known_peers=(), peers=1000)).wire
+
+
+async def test_a_heartbeat_flood_does_not_hide_a_node_from_a_peer_that_joins_through_it(tmp_path):
+    procs = []
+    try:
+        proc, addr, data_dir = await start_node(tmp_path)  # heartbeats every 0.5 s before the flood
+        procs.append(proc)
+        victim_id = addr.rsplit("/", 1)[1]
+        with trio.fail_after(150):
+            async with open_plain_gossip_peer("heartbeat-flooder") as atk:
+                atk.pubsub.router.spam_protection_enabled = False  # py-libp2p caps its own publishing at 10/s
+                await atk.subscribe(topics.STATUS)
+                await atk.connect(addr)
+                await wait_for(lambda: victim_id in atk.mesh_peers(topics.STATUS), 15, "mesh with the node")
+                sent = 0
+                started = trio.current_time()
+                while trio.current_time() - started < FLOOD_SECONDS:
+                    await atk.publish(topics.STATUS, fake_heartbeat())
+                    sent += 1
+                    await trio.sleep_until(started + sent / FLOOD_RATE)
+                snap = await status(data_dir)
+                fakes_alive = len(snap["alive"])
+                assert fakes_alive >= 0.8 * sent, (sent, fakes_alive, snap["messages"])
+                joined_at = time.monotonic()
+                newcomer, _ = await trio.to_thread.run_sync(lambda: start_peer(
+                    ["--join", addr, "--data-dir", str(tmp_path / "newcomer")], tmp_path / "newcomer" / "log"))
+                procs.append(newcomer)
+                seen_after = None
+                while time.monotonic() - joined_at < 30:
+                    mine = await status(tmp_path / "newcomer")
+                    if victim_id in mine["alive"]:
+                        seen_after = time.monotonic() - joined_at
+                        break
+                    await trio.sleep(0.25)
+                theirs = await status(data_dir)
+        print(f"attack 1: {sent} fake heartbeats in {FLOOD_SECONDS:g} s, {fakes_alive} alive at the node; "
+              f"a newcomer joining through it saw it alive after "
+              f"{'never' if seen_after is None else f'{seen_after:.1f} s'} (from its process start)")
+        assert seen_after is not None and seen_after < 10, "the newcomer sees its neighbour within 10 s"
+        assert any(p["peer_id"] == mine["peer_id"] for p in theirs["peers"] if p["state"] == "alive")
+    finally:
+        stop_processes(procs)

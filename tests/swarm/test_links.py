@@ -1,0 +1,178 @@
+"""Liveness judged on our links (swarm/links.py): a neighbour that stops is gone in seconds whatever
+heartbeat interval the swarm's size (or a flood of fake signers) stretched it to, and a newcomer knows
+its neighbours one round trip after connecting."""
+
+from gossip.envelope import seal
+from gossip.identity import Identity
+from swarm import protocols
+from swarm.core import CoreConfig, PeerCore
+from swarm.io import PeerConnected, RequestReceived, Respond, ResponseReceived, SendRequest, Started
+from swarm.links import LinkConfig, Links
+from swarm.membership import MembershipConfig
+from swarm.stall import StallWatch
+from tests.swarm.harness import MemoryNet
+from tests.swarm.test_core import T0
+
+SLOW = MembershipConfig(status_budget=0.01)  # 3 peers: heartbeats every 300 s, as at 3,000 peers by default
+
+
+def cores(n: int, membership: MembershipConfig = SLOW, links: LinkConfig | None = None) -> list[PeerCore]:
+    cfg = CoreConfig(membership=membership, links=links or LinkConfig())
+    return [PeerCore(Identity(bytes([i + 1]) * 32), cfg, seed=i) for i in range(n)]
+
+
+def star(n: int, **kw) -> tuple[MemoryNet, list[str]]:
+    net = MemoryNet(cores(n, **kw), T0)
+    ids = sorted(net.cores)
+    net.start()
+    for p in ids[1:]:
+        net.connect(ids[0], p)
+    return net, ids
+
+
+def pings(net: MemoryNet) -> list[tuple[str, str]]:
+    """Record every ping sent from now on, as (from, to)."""
+    sent: list[tuple[str, str]] = []
+    carry = net._carry_out
+
+    def carry_out(peer, inp, effect):
+        if isinstance(effect, SendRequest) and effect.protocol == protocols.PING:
+            sent.append((peer, effect.peer))
+        carry(peer, inp, effect)
+    net._carry_out = carry_out
+    return sent
+
+
+def test_a_frozen_neighbour_is_gone_within_the_link_deadline_however_long_the_heartbeat_interval():
+    net, ids = star(3)
+    net.run_for(30)
+    hub = net.cores[ids[0]]
+    assert hub.membership.heartbeat_interval() >= 300 and set(hub.snapshot(net.now)["alive"]) == set(ids[1:])
+    net.freeze(ids[2])  # SIGSTOP: its link stays open, it says nothing and answers nothing
+    frozen_at = net.now
+    net.run_for(20)
+    gone = {p: f for p, f in net.events_named("peer-gone") if f["peer"] == ids[2]}
+    assert set(gone) == set(net.cores) - {ids[2]}, "both of its neighbours (they found each other too)"
+    assert all(f["link"] is True for f in gone.values())
+    assert hub.snapshot(net.now)["alive"] == [ids[1]]
+    assert {p["peer_id"]: p["state"] for p in hub.snapshot(net.now)["peers"]}[ids[2]] == "gone"
+    assert net.now - frozen_at >= 10
+    net.thaw(ids[2])
+    net.connect(ids[0], ids[2])  # it dials back (maintain); the ping on connecting says it is alive at once
+    assert set(hub.snapshot(net.now)["alive"]) == set(ids[1:])
+
+
+def test_the_frozen_neighbour_is_gone_between_10_and_12_seconds_after_it_last_spoke():
+    net, ids = star(2)
+    net.run_for(30)
+    net.freeze(ids[1])
+    last_heard = net.cores[ids[0]].links.heard[ids[1]]
+    while not net.events_named("peer-gone"):
+        net.run_for(0.5)
+    assert 10 <= net.now - last_heard <= 12.5
+
+
+def test_a_newcomer_knows_its_neighbour_and_is_known_one_round_trip_after_connecting():
+    net, ids = star(3)
+    net.run_for(30)  # nobody heartbeats again for 300 s
+    newcomer = PeerCore(Identity(bytes([9]) * 32), CoreConfig(membership=SLOW), seed=9)
+    net.cores[newcomer.peer_id] = newcomer
+    net.subs[newcomer.peer_id], net.gossip_seen[newcomer.peer_id] = set(), set()
+    net.blobs[newcomer.peer_id], net.shards[newcomer.peer_id] = {}, {}
+    net.start(newcomer.peer_id)
+    net.connect(newcomer.peer_id, ids[0])  # the harness delivers the pings and answers at once
+    mine = {p["peer_id"]: p for p in newcomer.snapshot(net.now)["peers"]}
+    assert mine[ids[0]]["state"] == "alive" and mine[ids[0]]["roles"] == ["relay"]
+    assert newcomer.peer_id in net.cores[ids[0]].snapshot(net.now)["alive"]
+
+
+def test_a_busy_link_is_never_pinged():
+    net, ids = star(2, membership=MembershipConfig())
+    sent = pings(net)
+    net.run_for(120)  # heartbeats every 1.8-2 s each way: the link is never silent for 5 s
+    assert sent == []
+
+
+def test_a_quiet_link_is_pinged_once_per_silence():
+    net, ids = star(2)
+    sent = pings(net)
+    net.run_for(60)
+    # each side pings when the link has been silent 5 s; the other's ping is itself traffic, so the
+    # two sides take turns rather than both asking every time
+    assert 6 <= len(sent) <= 14 and not net.events_named("peer-gone")
+
+
+def test_a_ping_holding_another_peers_heartbeat_is_refused_and_charged():
+    a, b, c = cores(3)
+    a.handle(T0, Started(("/mem/a",)))
+    a.handle(T0, PeerConnected(b.peer_id))
+    forged = seal(c.identity, c._heartbeat(T0, 300.0, 3)).wire
+    out = a.handle(T0 + 1, RequestReceived(b.peer_id, protocols.PING, 7, forged))
+    assert isinstance(out[0], Respond) and out[0].request_id == 7
+    assert a.ledger.get(b.peer_id).rejected == {"unauthorized": 1}
+    assert c.peer_id not in a.membership.peers
+
+
+def test_our_heartbeat_goes_over_a_link_once_and_an_empty_ping_gets_an_empty_answer():
+    """A signature, and the other side's opening of it, is what a ping costs: each side's heartbeat goes
+    over a link once, and a neighbour that keeps sending its own gets empty answers."""
+    a, b = cores(2)
+    a.handle(T0, Started(("/mem/a",)))
+    a.handle(T0, PeerConnected(b.peer_id))  # a's own first ping (with its heartbeat) is not answered yet
+    beats = [seal(b.identity, b._heartbeat(T0 + t, 300.0, 2)).wire for t in (1, 2)]
+    assert a.handle(T0 + 0.5, RequestReceived(b.peer_id, protocols.PING, 1, b""))[0] == Respond(1, b"")
+    first = a.handle(T0 + 1, RequestReceived(b.peer_id, protocols.PING, 2, beats[0]))[0]
+    again = a.handle(T0 + 2, RequestReceived(b.peer_id, protocols.PING, 3, beats[1]))[0]
+    assert first == Respond(2, b"") and again == Respond(3, b""), "a's heartbeat went in its own ping"
+    assert a.membership.peers[b.peer_id].last_seq == b._heartbeat_seq, "each of b's heartbeats was taken"
+    c, d = cores(2)
+    c.handle(T0, Started(("/mem/c",)))
+    c.links.opened(T0, d.peer_id)  # linked, but its PeerConnected (and so its ping) not handled yet
+    beat = seal(d.identity, d._heartbeat(T0, 300.0, 2)).wire
+    assert c.handle(T0 + 1, RequestReceived(d.peer_id, protocols.PING, 1, beat))[0].data, "c's goes in its answer"
+    assert c.links.introduce(d.peer_id) is False
+
+
+def test_a_links_first_ping_carries_our_heartbeat_and_later_ones_nothing():
+    a, b = cores(2)
+    a.handle(T0, Started(("/mem/a",)))
+    [first] = [e for e in a.handle(T0, PeerConnected(b.peer_id)) if isinstance(e, SendRequest)]
+    later = a.pings.ping(T0 + 5, b.peer_id)[0]
+    assert first.protocol == later.protocol == protocols.PING and first.data and later.data == b""
+
+
+def test_a_silence_we_slept_through_counts_from_when_we_woke():
+    stall = StallWatch(after=5.0, excuse_after=30.0)
+    links = Links(LinkConfig(), 10.0, stall)
+    links.opened(100.0, "n")
+    stall.observe(160.0, 101.0)  # we slept 59 s
+    assert links.due(160.0) == ([], [])
+    assert links.due(164.9) == ([], [])
+    assert links.due(165.0) == (["n"], [])  # ping_after: 5 s
+    links.pinged(165.0, "n")
+    assert links.due(169.9) == ([], [])
+    assert links.due(170.0) == ([], ["n"])
+
+
+def test_nobody_is_gone_without_being_asked_and_given_time_to_answer():
+    """Checked once a second, a link may be found silent past `dead_after` before it was ever pinged (a
+    short `gone_after`, a late tick): it is pinged first, and dead only `dead_after - ping_after` later."""
+    links = Links(LinkConfig(), 3.0)  # ping_after 1.5 s
+    links.opened(100.0, "n")
+    assert links.due(103.4) == (["n"], [])
+    links.pinged(103.4, "n")
+    assert links.due(104.8) == ([], [])
+    assert links.due(104.9) == ([], ["n"])
+
+
+def test_a_neighbour_that_refuses_the_ping_is_running_one_that_never_answers_is_not():
+    """A plain libp2p peer does not speak /swarm/ping/1; its refusal still shows it is there."""
+    a, b = cores(2)
+    a.handle(T0, Started(("/mem/a",)))
+    [ping] = [e for e in a.handle(T0, PeerConnected(b.peer_id)) if isinstance(e, SendRequest)]
+    a.handle(T0 + 9, ResponseReceived(b.peer_id, protocols.PING, ping.request_id, error="open_failed: protocol not supported"))
+    assert a.links.heard[b.peer_id] == T0 + 9
+    ping = a.pending.request(T0 + 9, None, None, b.peer_id, protocols.PING, b"", 5.0)
+    a.links.pinged(T0 + 9, b.peer_id)
+    a.handle(T0 + 14, ResponseReceived(b.peer_id, protocols.PING, ping.request_id, error="timeout: after 5s"))
+    assert a.links.heard[b.peer_id] == T0 + 9
