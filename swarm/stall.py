@@ -37,12 +37,14 @@ class StallWatch:
         self.stalls = 0
         self.longest = 0.0
         self.last = 0.0
+        self._overdue = None  # the deadline our last stall was measured against
 
     def observe(self, now: float, due: float | None) -> float | None:
         """Called before each input with the core's earliest deadline: the stall's length when `now` is
         too far past it (the node was not running), else None."""
-        if due is None or now - due <= self.after:
-            return None
+        if due is None or now - due <= self.after or due == self._overdue:
+            return None  # on time; or the same stall, seen again by an input before the timers caught up
+        self._overdue = due
         late = now - due
         self.stalls += 1
         self.last, self.longest = late, max(self.longest, late)

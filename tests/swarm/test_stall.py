@@ -76,3 +76,15 @@ def test_only_a_timer_this_late_is_a_stall():
     assert watch.observe(112.0, 100.0) == 12.0 and watch.awake_since == 112.0
     assert watch.excused(112.0 + 12.0 + 29.9) and not watch.excused(112.0 + 12.0 + 30.0)
     assert watch.snapshot() == {"stalls": 1, "longest_s": 12.0, "last_s": 12.0, "awake_since": 112.0}
+
+
+def test_inputs_that_wake_before_the_timers_catch_up_are_one_stall():
+    """The runtime may hand a woken core several inputs before the overdue timers fire: each sees the
+    same old deadline, and they are one stall (a real node recorded two, 17.625 s and 17.62 s)."""
+    watch = StallWatch(after=5.0, excuse_after=30.0)
+    assert watch.observe(117.625, 100.0) == 17.625
+    assert watch.observe(117.62, 100.0) is None and watch.observe(118.0, 100.0) is None
+    assert watch.stalls == 1
+    assert watch.observe(140.0, 118.5) == 21.5, "a later deadline missed is another stall"
+    assert watch.stalls == 2
+
