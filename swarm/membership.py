@@ -27,9 +27,10 @@ from swarm.io import Dial, Disconnect, Emit
 from swarm.rng import Rng
 from swarm.stall import StallWatch
 
-ALIVE, GONE, KNOWN = "alive", "gone", "known"
+ALIVE, GONE, KNOWN = "alive", "gone", "known"  # KNOWN: an address we heard of, never a heartbeat
 _PLAIN = Announced()  # what a heartbeat that announces nothing says: 1.0, no capabilities (shared)
-MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound  # KNOWN: an address we heard of, never a heartbeat
+MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound
+BELIEVED = 4.0  # a declared interval counts up to this many times our own
 
 
 @dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
@@ -105,6 +106,7 @@ class Membership:
         # names nobody outside it in the common case, and one C-level subset test says so. At 1,000
         # peers the per-entry loop it replaces was 5% of the simulator's run time.
         self._addressed: set[str] = {self_id}
+        self.own_interval = config.heartbeat_interval  # what our last pace() said (gone_threshold's yardstick)
 
     # ---- table upkeep
 
@@ -258,7 +260,11 @@ class Membership:
         return effects
 
     def gone_threshold(self, info: PeerInfo) -> float:
-        return max(self.config.gone_after, self.config.gone_factor * info.interval + 1.0)
+        """Silence allowed: `gone_factor` of its declared interval, but of at most `BELIEVED` times our own
+        (honest peers stretch for the same swarm, so theirs is near ours): a key that declares an hour
+        (issue 27, attack 1: fresh keys, one heartbeat each) is not counted alive for three."""
+        interval = min(info.interval, BELIEVED * self.own_interval)
+        return max(self.config.gone_after, self.config.gone_factor * interval + 1.0)
 
     def heartbeat_interval(self, uptime: float = float("inf")) -> float:
         """Ours: the base interval, stretched so the swarm's heartbeats stay within the budget."""
@@ -291,7 +297,8 @@ class Membership:
                 interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
             elif not alive:
                 size = 0  # we know nobody: no estimate to offer
-        return min(MAX_INTERVAL, interval), size
+        self.own_interval = interval = min(MAX_INTERVAL, interval)
+        return interval, size
 
     def maintain(self, now: float, rng: Rng, is_banned) -> list:
         """Dial known peers until `target_connections` links are open."""

@@ -106,6 +106,24 @@ def test_a_table_full_of_live_strangers_still_takes_our_neighbours():
         m.on_heartbeat(20.0 + i, f"fake{i}", beat(1, 20.0 + i, 3599.5, 0))
     assert "neighbour" in m.peers
 
+def test_a_key_declaring_an_hour_is_believed_for_four_of_our_intervals():
+    """Issue 27, attack 1: each fake heartbeat declared 3,599.5 s, so one heartbeat kept a fresh key alive
+    for three hours. A declared interval now counts up to 4 times our own; an honest peer's, stretched
+    for the same swarm, is near ours and counts in full."""
+    m = Membership("self", MembershipConfig())
+    m.on_heartbeat(100.0, "honest", beat(1, 100.0, 2.0, 2))
+    interval, _ = m.pace()
+    assert interval == 2.0
+    m.on_heartbeat(100.0, "fake", beat(1, 100.0, 3599.5, 0))
+    m.on_heartbeat(100.0, "slow", beat(1, 100.0, 7.5, 2))  # a peer that counted a bigger swarm: believed
+    assert m.gone_threshold(m.peers["fake"]) == 3 * 8.0 + 1 and m.gone_threshold(m.peers["slow"]) == 3 * 7.5 + 1
+    m.on_heartbeat(124.0, "honest", beat(2, 124.0, 2.0, 2))
+    m.sweep(124.5)
+    assert m.alive_peers() == ["fake", "honest"]
+    m.sweep(125.5)
+    assert m.alive_peers() == ["honest"], "25 s of silence, where 3 hours were allowed before"
+
+
 def test_maintain_dials_only_while_short_of_links():
     cfg = MembershipConfig(target_connections=2)
     m = Membership("self", cfg)
