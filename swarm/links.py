@@ -13,7 +13,7 @@ tasks and versions one round trip after connecting; every other ping and answer 
 signature, and the other side's opening of it, would be most of their cost).
 
 A SIGSTOPped neighbour keeps its TCP connection (DESIGN.md), which is why silence, not the connection,
-decides. A silence we slept through (swarm/stall.py) counts only from when we woke.
+decides. A neighbour that does not speak ping (a plain libp2p peer) is left to its heartbeats. A silence we slept through (swarm/stall.py) counts only from when we woke.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from swarm.stall import StallWatch
 # `RequestError` reasons, the simulator's and the test harness's). Any other error is the peer's own
 # answer, a refusal or "I do not speak that protocol" (a plain libp2p peer): it is running.
 NO_ANSWER = ("timeout", "not connected", "not_connected")
+# ... and those that say the peer does not speak the protocol (a plain libp2p peer, a tool): it is not
+# pinged again on this link, which its heartbeats judge as before (a failed stream costs both sides).
+NOT_SPOKEN = ("open_failed", "unsupported-protocol")
 
 
 def answered(error: str | None) -> bool:
@@ -75,8 +78,10 @@ class Links:
     def pinged(self, now: float, peer: str) -> None:
         self.asking[peer] = now
 
-    def ping_ended(self, peer: str) -> None:
+    def ping_ended(self, peer: str, error: str | None = None) -> None:
         self.asking.pop(peer, None)
+        if error is not None and error.startswith(NOT_SPOKEN):
+            self.heard.pop(peer, None)  # out of `due`, never pinged again: its heartbeats judge it
 
     def due(self, now: float) -> tuple[list[str], list[str]]:
         """(links to ping now, links now dead), each in peer-id order: a link is dead once silent for

@@ -63,9 +63,9 @@ class Pings:
         return [Respond(inp.request_id, data)] + effects
 
     def on_answer(self, now: float, inp: ResponseReceived) -> list:
-        self.links.ping_ended(inp.peer)
         if answered(inp.error):
             self.links.heard_from(now, inp.peer)
+        self.links.ping_ended(inp.peer, inp.error)
         if inp.error is not None:
             return []
         return self._beat(now, inp.peer, inp.data)

@@ -84,10 +84,14 @@ def batch_yamux_window_updates() -> None:
 
 class OneLineRecords(logging.Filter):
     """py-libp2p logs a 7-line block at ERROR each time a stream cannot be opened, which a peer without
-    gossipsub causes on every connection: the block becomes its first two lines, joined."""
+    gossipsub causes on every connection: the block becomes its first two lines, joined. A peer that
+    does not speak `/swarm/ping/1` (a plain libp2p peer) is expected, and handled (swarm/links.py:
+    its link is not pinged again): its block is dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
+        if "protocols not supported" in message and "'/swarm/ping/1'" in message:
+            return False
         if "\n" in message:
             record.msg, record.args = " ".join(line.strip() for line in message.splitlines()[:2]), ()
         return True

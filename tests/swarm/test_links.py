@@ -165,14 +165,17 @@ def test_nobody_is_gone_without_being_asked_and_given_time_to_answer():
     assert links.due(104.9) == ([], ["n"])
 
 
-def test_a_neighbour_that_refuses_the_ping_is_running_one_that_never_answers_is_not():
-    """A plain libp2p peer does not speak /swarm/ping/1; its refusal still shows it is there."""
-    a, b = cores(2)
+def test_a_neighbour_that_does_not_speak_ping_is_left_to_its_heartbeats_one_that_never_answers_is_not():
+    """A plain libp2p peer refuses /swarm/ping/1: that shows it running, and its link is not pinged again
+    (each refusal costs both sides a failed stream); a timeout shows nothing."""
+    a, b, c = cores(3)
     a.handle(T0, Started(("/mem/a",)))
     [ping] = [e for e in a.handle(T0, PeerConnected(b.peer_id)) if isinstance(e, SendRequest)]
-    a.handle(T0 + 9, ResponseReceived(b.peer_id, protocols.PING, ping.request_id, error="open_failed: protocol not supported"))
-    assert a.links.heard[b.peer_id] == T0 + 9
-    ping = a.pending.request(T0 + 9, None, None, b.peer_id, protocols.PING, b"", 5.0)
-    a.links.pinged(T0 + 9, b.peer_id)
-    a.handle(T0 + 14, ResponseReceived(b.peer_id, protocols.PING, ping.request_id, error="timeout: after 5s"))
-    assert a.links.heard[b.peer_id] == T0 + 9
+    a.handle(T0, PeerConnected(c.peer_id))
+    a.handle(T0 + 1, ResponseReceived(b.peer_id, protocols.PING, ping.request_id, error="open_failed: /swarm/ping/1"))
+    assert b.peer_id not in a.links.heard
+    ping = a.pings.ping(T0 + 9, c.peer_id)[0]
+    a.handle(T0 + 14, ResponseReceived(c.peer_id, protocols.PING, ping.request_id, error="timeout: after 5s"))
+    assert a.links.heard[c.peer_id] == T0 and a.links.due(T0 + 20) == ([c.peer_id], [])  # asked again
+    a.links.pinged(T0 + 20, c.peer_id)
+    assert a.links.due(T0 + 25) == ([], [c.peer_id]), "b is never pinged, nor judged by its link"
