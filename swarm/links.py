@@ -6,14 +6,16 @@ noticed only after three of those intervals, and a newcomer heard nothing of its
 their next heartbeat. A link says more, and sooner: anything a neighbour sends us (a message it
 forwards, a request, an answer) shows it is running. A link silent for `ping_after` is asked
 (`/swarm/ping/1`); one silent for `gone_after` (membership's least silence before a peer is gone, 10 s;
-our question unanswered) is dead, whatever the swarm's size. A busy link is never pinged: in a swarm that gossips, traffic is the ping. A new link is pinged
-at once, and each side's heartbeat, freshly signed, goes over it once: in its first ping, or in its
-answer to the other side's first ping when that came first. So both ends know each other's roles,
-tasks and versions one round trip after connecting; every other ping and answer is empty (a
-signature, and the other side's opening of it, would be most of their cost).
+our question unanswered) is dead, whatever the swarm's size. A busy link is never pinged: in a swarm
+that gossips, traffic is the ping. A new link is pinged at once, and each side's heartbeat, freshly
+signed, goes over it once: in its first ping, or in its answer to the other side's first ping when
+that came first. So both ends know each other's roles, tasks and versions one round trip after
+connecting; every other ping and answer is empty (a signature, and the other side's opening of it,
+would be most of their cost).
 
 A SIGSTOPped neighbour keeps its TCP connection (DESIGN.md), which is why silence, not the connection,
-decides. A neighbour that does not speak ping (a plain libp2p peer) is left to its heartbeats. A silence we slept through (swarm/stall.py) counts only from when we woke.
+decides. A neighbour that does not speak ping (a plain libp2p peer) is left to its heartbeats. A
+silence we slept through (swarm/stall.py) counts only from when we woke.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from swarm.stall import StallWatch
 # A request's errors that say nothing came back from the peer (the runtimes' words for them: the node's
 # `RequestError` reasons, the simulator's and the test harness's). Any other error is the peer's own
 # answer, a refusal or "I do not speak that protocol" (a plain libp2p peer): it is running.
-NO_ANSWER = ("timeout", "not connected", "not_connected")
+NO_ANSWER = ("timeout", "not connected", "not_connected", "connection closed")
 # ... and those that say the peer does not speak the protocol (a plain libp2p peer, a tool): it is not
 # pinged again on this link, which its heartbeats judge as before (a failed stream costs both sides).
 NOT_SPOKEN = ("open_failed", "unsupported-protocol")
