@@ -7,9 +7,9 @@ seeded `Rng`. The real runtime (`node/`) and the simulator (`simulator/`) drive 
 what the simulator shows is what the network does. This file builds the parts and routes each input
 to the one that handles it: every network message through the intake (swarm/intake.py), whose
 accepted messages are dispatched here; verdict, quorum and ban rules in swarm/trust.py; task sync in
-swarm/tasksync.py; liveness of our links in swarm/links.py and swarm/pings.py; operator commands in swarm/commands.py;
-the status in swarm/snapshot.py. Roles see the peer only through their `RoleContext`
-(swarm/context.py).
+swarm/tasksync.py; liveness of our links in swarm/links.py and swarm/pings.py; operator commands in
+swarm/commands.py; the status in swarm/snapshot.py. Roles see the peer only through their
+`RoleContext` (swarm/context.py).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class PeerCore:
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         if envelope_memo is not None and envelope_memo.kinds != release.kinds:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
-        self._open = opener = envelope_memo.open if envelope_memo is not None else partial(open_envelope, kinds=release.kinds)
+        opener = envelope_memo.open if envelope_memo is not None else partial(open_envelope, kinds=release.kinds)
         self.intake = Intake(self.peer_id, config, opener, self.ledger, self.seen, self.stats, self.trust.penalise,
                              release, self.membership.announced, self.stall)
         self.context = ctx = RoleContext(
@@ -130,8 +130,9 @@ class PeerCore:
                            config.links.ping_timeout, lambda: self.started_at is not None, self._signed_beat,
                            lambda now, beat, peer: self._on_heartbeat(now, beat, peer, peer, gossip=False))
         self._heartbeat_seq = -1
-        self._gossiped_beat = False  # our first heartbeat on gossip is out (a ping's does not count)
-        self._pace: tuple[float, int] | None = None  # (interval, swarm size) our last gossiped heartbeat declared
+        # (interval, swarm size) our last gossiped heartbeat declared; None until the first is out (a
+        # heartbeat in a ping does not count: the first on gossip still waits for a swarm size)
+        self._pace: tuple[float, int] | None = None
 
     # ------------------------------------------------------------------ driving
 
@@ -159,7 +160,7 @@ class PeerCore:
             self.links.opened(now, inp.peer)
             if self.started_at is not None and "heartbeat" not in self.timers:
                 self.timers.set("heartbeat", now + (self.config.membership.first_beat_wait
-                                                    if not self._gossiped_beat else 0.0))
+                                                    if self._pace is None else 0.0))
             return ([Emit("peer-connected", {"peer": inp.peer})] + self.pings.ping(now, inp.peer)
                     + self.shards.on_connected(now, inp.peer))
         if isinstance(inp, PeerDisconnected):
@@ -218,7 +219,6 @@ class PeerCore:
                 uptime = now - self.started_at if self.started_at is not None else 0.0
                 interval, size = self._pace = self.membership.pace(uptime)
                 effects += self.context.publish(now, topics.STATUS, self._heartbeat(now, interval, size))
-                self._gossiped_beat = True
                 for topic, message in self.release.extras(now, self._uptime(now)):
                     effects += self.context.publish(now, topic, message)
                 self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
@@ -283,7 +283,7 @@ class PeerCore:
     def _on_heartbeat(self, now: float, message: StatusHeartbeat, signer: str, forwarder: str,
                       gossip: bool = True) -> list:
         effects = self.membership.on_heartbeat(now, signer, message)
-        if not self._gossiped_beat and message.peers and "heartbeat" in self.timers:
+        if self._pace is None and message.peers and "heartbeat" in self.timers:
             self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
         effects += self.shards.on_heartbeat(now, signer, message.versions)
         if gossip:  # a ping's heartbeat is not a gossip delivery (the latency figures are gossip's)

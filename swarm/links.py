@@ -48,7 +48,6 @@ class Links:
     """When we last heard from each linked peer, and which of them we are asking."""
 
     def __init__(self, config: LinkConfig, dead_after: float, stall: StallWatch | None = None) -> None:
-        self.config = config
         self.dead_after = dead_after  # silent this long, our ping unanswered: the link is dead
         self.ping_after = min(config.ping_after, dead_after / 2)  # an answer has time to come back
         self.stall = stall or StallWatch()

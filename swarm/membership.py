@@ -254,8 +254,8 @@ class Membership:
         if info is not None and info.state == ALIVE:
             info.state = GONE
             info.next_dial = now + self.config.dial_backoff
-            silent = round(now - info.last_seen, 3) if info.last_seen is not None else None
-            effects.insert(0, Emit("peer-gone", {"peer": peer, "silent_for": silent, "link": True}))
+            effects.insert(0, Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3),
+                                                 "link": True}))
             heapq.heappush(self._due, (info.last_seen + self.config.forget_after, peer, info.last_seen))
         return effects
 
