@@ -98,7 +98,7 @@ class PeerCore:
         self.stats = GossipStats()
         self.stall = StallWatch()  # our own stalls (swarm/stall.py): seen in how late our timers fire
         self.membership = Membership(self.peer_id, config.membership, release, self.stall)
-        self.links = Links(config.links, config.membership.gone_after, self.stall)
+        self.links = Links(config.links, config.membership.gone_after, self.stall, config.sweep_interval)
         self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
@@ -244,9 +244,18 @@ class PeerCore:
         return now - self.started_at if self.started_at is not None else 0.0
 
     def _signed_beat(self, now: float) -> bytes:
-        """Our heartbeat for a link (swarm/pings.py): the interval and size of our last gossiped one
-        (pace() costs the table's size), and no peer exchange (gossip brings that)."""
-        interval, size = self._pace if self._pace is not None else self.membership.pace(self._uptime(now))
+        """Our heartbeat for a link (swarm/pings.py): the interval of our last gossiped one (the pace the
+        neighbour should expect of our gossip), our swarm size estimate as it is now, and no peer exchange
+        (gossip brings that). Newcomers borrow the median of the sizes their peers declare
+        (Membership.pace), and in a flash crowd most links are to newcomers: so before our first gossiped
+        heartbeat we declare no size (our count of the few peers heard so far is no estimate), and after
+        it our current one (the one we gossiped was made when we knew fewer), else they pull each other's
+        estimates, and intervals, down."""
+        interval, size = self.membership.pace(self._uptime(now))
+        if self._pace is None:
+            size = 0
+        else:
+            interval = self._pace[0]
         return seal(self.identity, self._heartbeat(now, interval, size, exchange=False)).wire
 
     def _heartbeat(self, now: float, interval: float, size: int = 0, exchange: bool = True) -> StatusHeartbeat:

@@ -47,9 +47,13 @@ class LinkConfig:
 class Links:
     """When we last heard from each linked peer, and which of them we are asking."""
 
-    def __init__(self, config: LinkConfig, dead_after: float, stall: StallWatch | None = None) -> None:
+    def __init__(self, config: LinkConfig, dead_after: float, stall: StallWatch | None = None,
+                 checked_every: float = 0.0) -> None:
         self.dead_after = dead_after  # silent this long, our ping unanswered: the link is dead
-        self.ping_after = min(config.ping_after, dead_after / 2)  # an answer has time to come back
+        # An answer has time to come back (half of dead_after); and a link looked at only every
+        # `checked_every` (the core's sweep) is pinged once silent for a whole period: with a shorter
+        # silence both ends would find it quiet, and ask, at every check, where one ask shows both alive.
+        self.ping_after = max(min(config.ping_after, dead_after / 2), checked_every)
         self.stall = stall or StallWatch()
         self.heard: dict[str, float] = {}  # linked peer -> when it last sent us anything
         self.asking: dict[str, float] = {}  # linked peers with a ping out -> when it went
@@ -95,7 +99,8 @@ class Links:
         if now - max(min(heard.values()), awake) < self.ping_after:
             return [], []
         ping, dead = [], []
-        grace = self.dead_after - self.ping_after  # how long a ping has to come back, at least
+        grace = self.dead_after - self.ping_after  # how long a ping has to come back, at least (and at
+        # least until the next check, when ping_after is a check period longer than dead_after)
         for peer in sorted(heard):
             silent = now - max(heard[peer], awake)
             if silent < self.ping_after:

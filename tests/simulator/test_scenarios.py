@@ -39,10 +39,13 @@ PINNED = {
     # Moved when links were pinged when silent and on connecting, each side's heartbeat going over a new
     # link once (swarm/links.py, protocol.md 6.5): smoke was 6d325730..., adversarial 33fa9f7f...,
     # churn-compressed c14c270e..., trainer-failover abac31f8..., scaling a61ffbf8...
+    # Moved when a link's heartbeat declared no swarm size before our first gossiped one, and our
+    # current one after it (newcomers in a flash crowd had pulled each other's estimates down):
+    # adversarial was 69f6ce86..., churn-compressed facb80da..., trainer-failover c81be91f...
     "smoke": "3752cbb931ac248a8126ea5c78b0e0e4e15eebc61b2fcf9208d4879e1f16d8ca",
-    "adversarial": "69f6ce86217292b0cec7333e831e8db2ab68b0f4d12ff23318cd5bef9431c495",
-    "churn-compressed": "facb80dab0ced55052526ed580ed1a729df0d06e5d7de74999305a19aa1ad509",
-    "trainer-failover": "c81be91fc8a9b94314aa7db2bc21eaf542e41018ed7d27fdfdfaf19774bc21b7",
+    "adversarial": "a417e1478ad8cf2f364c4eb01ca3e7f8b66b243c26117d9669c58b8598ebe205",
+    "churn-compressed": "782e0106f551fb54cbbea2ceca5a233ceadccd5f564261aafa7b98fd11a59ef5",
+    "trainer-failover": "9d850a9a484d2b415c05af3c1c780501cdf6cfe895a84acd67930c18fd3b5fa1",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was

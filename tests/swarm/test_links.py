@@ -179,3 +179,71 @@ def test_a_neighbour_that_does_not_speak_ping_is_left_to_its_heartbeats_one_that
     assert a.links.heard[c.peer_id] == T0 and a.links.due(T0 + 20) == ([c.peer_id], [])  # asked again
     a.links.pinged(T0 + 20, c.peer_id)
     assert a.links.due(T0 + 25) == ([], [c.peer_id]), "b is never pinged, nor judged by its link"
+
+
+def _pings_between_two_ends(checked_every: float, phase: float, until: float) -> tuple[int, list[str]]:
+    """Two ends of one quiet link, each checking it every `checked_every` (`phase` apart); a ping is
+    answered at once, so each end hears the other when a ping or its answer arrives."""
+    ends = {name: Links(LinkConfig(), 10.0, checked_every=checked_every) for name in ("a", "b")}
+    ends["a"].opened(0.0, "b")
+    ends["b"].opened(0.0, "a")
+    checks = sorted([(t * checked_every, "a") for t in range(1, int(until / checked_every))]
+                    + [(t * checked_every + phase, "b") for t in range(1, int(until / checked_every))])
+    pings, dead = 0, []
+    for now, name in checks:
+        other = "b" if name == "a" else "a"
+        ping, gone = ends[name].due(now)
+        dead += gone
+        for peer in ping:
+            pings += 1
+            ends[name].pinged(now, peer)
+            ends[other].heard_from(now, name)  # the ping arrives
+            ends[name].heard_from(now, peer)  # and its answer
+            ends[name].ping_ended(peer)
+    return pings, dead
+
+
+def test_a_link_checked_every_30_s_costs_at_most_one_ping_a_period_not_one_from_each_end():
+    """A core that sweeps every 30 s (`scale`) found a quiet link silent past 5 s at every check, from
+    both ends: two pings a period. Pinged once silent for a whole period, one end's ping shows both
+    ends alive to each other, and the other end does not ask."""
+    for phase in (7.0, 13.0, 29.0):
+        pings, dead = _pings_between_two_ends(30.0, phase, 3000.0)
+        assert not dead
+        assert pings <= 100, (phase, pings)  # at most one per 30 s period for the link, not one per end
+    pings, dead = _pings_between_two_ends(1.0, 0.5, 300.0)  # a node's default sweep: every 5 s, as before
+    assert not dead and 50 <= pings <= 62
+
+
+def test_a_link_checked_every_30_s_is_pinged_after_a_silent_period_and_dead_one_check_later():
+    links = Links(LinkConfig(), 10.0, checked_every=30.0)
+    links.opened(100.0, "n")
+    assert links.due(129.0) == ([], [])  # quiet for less than a check period: not asked yet
+    assert links.due(130.0) == (["n"], [])
+    links.pinged(130.0, "n")
+    assert links.due(160.0) == ([], ["n"])  # the ping had a whole period to come back
+
+
+def test_a_newcomers_link_heartbeat_declares_no_size_and_a_settled_peers_its_estimate_now():
+    """Newcomers borrow the median of the swarm sizes others declare (Membership.pace). In a flash crowd
+    most links are to newcomers, whose count of the few peers heard so far pulled that median down (in
+    `scale`: first heartbeats declared 164 peers, not about 400), so a link's heartbeat declares 0 before
+    our first gossiped one, and our estimate as it is now after it (not the smaller one we gossiped)."""
+    from gossip.envelope import open_envelope
+    from swarm.io import Publish, Tick
+
+    a, b, c, d, e = cores(5)
+    a.handle(T0, Started(("/mem/a",)))
+    a.membership.on_heartbeat(T0, c.peer_id, c._heartbeat(T0, 300.0, 3))  # a has heard of one peer
+
+    def link_beat(effects):
+        [ping] = [x for x in effects if isinstance(x, SendRequest) and x.protocol == protocols.PING]
+        return open_envelope(ping.data).message
+
+    first = link_beat(a.handle(T0 + 1, PeerConnected(b.peer_id)))
+    assert first.peers == 0 and a.membership.pace(1.0)[1] > 0  # an estimate, but not yet one we gossiped
+    assert any(isinstance(x, Publish) for x in a.handle(T0 + 1, Tick()))  # our first gossiped heartbeat
+    gossiped = a._pace
+    a.membership.on_heartbeat(T0 + 2, d.peer_id, d._heartbeat(T0 + 2, 300.0, 4))  # then we hear one more
+    later = link_beat(a.handle(T0 + 3, PeerConnected(e.peer_id)))
+    assert later.interval == gossiped[0] and later.peers == a.membership.pace(3.0)[1] > gossiped[1]
