@@ -79,6 +79,13 @@ class CoreConfig:
     sweep_interval: float = 1.0
     release: str = "current"  # which release this peer speaks (gossip/release.py; "next" in upgrade tests)
 
+    @property
+    def gossips_heartbeat(self) -> bool:
+        """Whether our heartbeat is gossiped to the whole swarm: only if a task may need us (any role but
+        relay). A relay is known to its neighbours by its link (swarm/links.py) and to nobody else: its
+        heartbeats were most of what a large swarm delivered, to peers that had no use for them."""
+        return any(role != "relay" for role in self.roles)
+
     def __post_init__(self) -> None:
         release_named(self.release)  # raises for an unknown name
         if self.seen_ttl <= self.message_window:
@@ -158,7 +165,7 @@ class PeerCore:
                 return [Ban(inp.peer, "banned")]
             self.membership.on_connected(inp.peer, inp.addrs)
             self.links.opened(now, inp.peer)
-            if self.started_at is not None and "heartbeat" not in self.timers:
+            if self.started_at is not None and self.config.gossips_heartbeat and "heartbeat" not in self.timers:
                 self.timers.set("heartbeat", now + (self.config.membership.first_beat_wait
                                                     if self._pace is None else 0.0))
             return ([Emit("peer-connected", {"peer": inp.peer})] + self.pings.ping(now, inp.peer)
@@ -223,12 +230,15 @@ class PeerCore:
                     effects += self.context.publish(now, topic, message)
                 self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
             elif name == "sweep":
+                if not self.config.gossips_heartbeat:  # our pace is still the yardstick for others' intervals
+                    self.membership.pace(self._uptime(now))
                 effects += self.pings.check(now)
-                effects += self.membership.sweep(now) + self.tasks.expire(now)
+                effects += self.membership.sweep(now, self.links.judged()) + self.tasks.expire(now)
                 self.pending.expire(now)
                 self.timers.set("sweep", now + self.config.sweep_interval)
             elif name == "maintain":
-                effects += self.membership.maintain(now, self.rng, self.ledger.is_banned)
+                dials, short = self.membership.maintain(now, self.rng, self.ledger.is_banned)
+                effects += dials + (self.pings.shuffle(now, self.rng) if short else [])
                 effects += self.shards.reach_holders(now)  # retries a holder dial that failed
                 self.timers.set("maintain", now + self.config.maintain_interval)
             else:
@@ -245,8 +255,8 @@ class PeerCore:
 
     def _signed_beat(self, now: float) -> bytes:
         """Our heartbeat for a link (swarm/pings.py): the interval of our last gossiped one (the pace the
-        neighbour should expect of our gossip), our swarm size estimate as it is now, and no peer exchange
-        (gossip brings that). Newcomers borrow the median of the sizes their peers declare
+        neighbour should expect of our gossip), our swarm size estimate as it is now, and a peer exchange
+        sample (a relay gossips no heartbeat: its links are how peers learn addresses). Newcomers borrow the median of the sizes their peers declare
         (Membership.pace), and in a flash crowd most links are to newcomers: so before our first gossiped
         heartbeat we declare no size (our count of the few peers heard so far is no estimate), and after
         it our current one (the one we gossiped was made when we knew fewer), else they pull each other's
@@ -256,7 +266,7 @@ class PeerCore:
             size = 0
         else:
             interval = self._pace[0]
-        return seal(self.identity, self._heartbeat(now, interval, size, exchange=False)).wire
+        return seal(self.identity, self._heartbeat(now, interval, size)).wire
 
     def _heartbeat(self, now: float, interval: float, size: int = 0, exchange: bool = True) -> StatusHeartbeat:
         # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.

@@ -42,6 +42,9 @@ def answered(error: str | None) -> bool:
 class LinkConfig:
     ping_after: float = 5.0  # a link silent this long is asked whether the peer is still there
     ping_timeout: float = 5.0
+    # A peer short of peers to dial sends its heartbeat (and the peer exchange in it) over a link again,
+    # and answers one that came again with its own, at most this often per link (a shuffle).
+    shuffle_every: float = 10.0
 
 
 class Links:
@@ -57,33 +60,52 @@ class Links:
         self.stall = stall or StallWatch()
         self.heard: dict[str, float] = {}  # linked peer -> when it last sent us anything
         self.asking: dict[str, float] = {}  # linked peers with a ping out -> when it went
-        self.introduced: set[str] = set()  # linked peers our heartbeat went to on this link
+        self.shuffle_every = config.shuffle_every
+        self.introduced: dict[str, float] = {}  # linked peer -> when our heartbeat last went over the link
 
     def opened(self, now: float, peer: str) -> None:
         self.heard[peer] = now
         self.asking.pop(peer, None)
-        self.introduced.discard(peer)
+        self.introduced.pop(peer, None)
 
     def closed(self, peer: str) -> None:
         self.heard.pop(peer, None)
         self.asking.pop(peer, None)
-        self.introduced.discard(peer)
+        self.introduced.pop(peer, None)
 
     def heard_from(self, now: float, peer: str) -> None:
         if peer in self.heard:
             self.heard[peer] = now
 
-    def introduce(self, peer: str) -> bool:
+    def judged(self) -> dict[str, float]:
+        """The linked peers whose link judges them (not those that do not speak ping), and when each
+        last sent us anything."""
+        return self.heard
+
+    def introduce(self, peer: str, now: float) -> bool:
         """Whether our heartbeat should go to `peer` now: once per link (and never to an unlinked peer)."""
         if peer in self.introduced or peer not in self.heard:
             return False
-        self.introduced.add(peer)
+        self.introduced[peer] = now
         return True
 
+    def reintroduce(self, peer: str, now: float) -> bool:
+        """Whether our heartbeat may go to `peer` again now (a shuffle): at most every `shuffle_every`."""
+        if peer not in self.heard or now - self.introduced.get(peer, float("-inf")) < self.shuffle_every:
+            return False
+        self.introduced[peer] = now
+        return True
+
+    def shuffle_partners(self, now: float) -> list[str]:
+        """The linked peers our heartbeat may go to again now, in peer-id order."""
+        return [p for p in sorted(self.heard) if now - self.introduced.get(p, float("-inf")) >= self.shuffle_every]
+
     def pinged(self, now: float, peer: str) -> None:
-        self.asking[peer] = now
+        self.asking.setdefault(peer, now)  # a shuffle's ping does not restart an unanswered question
 
     def ping_ended(self, peer: str, error: str | None = None) -> None:
+        if not answered(error):
+            return  # still asking: nothing came back (timed out, or no way through), so the silence counts on
         self.asking.pop(peer, None)
         if error is not None and error.startswith(NOT_SPOKEN):
             self.heard.pop(peer, None)  # out of `due`, never pinged again: its heartbeats judge it

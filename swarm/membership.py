@@ -6,18 +6,21 @@ silent for `gone_factor` times its declared interval (at least `gone_after`) is 
 connection closed; a heartbeat brings it back. The peers we hold a link to are judged sooner, on the
 link itself (swarm/links.py, `link_dead`): `gone_after` of silence there, whatever their interval.
 
-Heartbeats go to every peer, so their total rate must not grow with the swarm: each peer stretches
-its interval to keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers,
-100 s at 1,000 with the defaults), and says in each heartbeat when to expect the next.
+Gossiped heartbeats go to every peer, so their total rate must not grow with the swarm: each peer
+that gossips one (any role but relay; a relay's goes over its links only) stretches its interval to
+keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers, 100 s at 1,000 with
+the defaults), and says in each heartbeat when to expect the next. The peers we hold a link to count
+as alive while the link does, heartbeat or not (`sweep(on_link=...)`).
 
-Peer exchange: heartbeats carry our listen addresses and a sample of peers we know, so every peer
-learns dialable addresses beyond the bootstrap peer and keeps `target_connections` links open. The
-swarm stays connected when the bootstrap peer dies.
+Peer exchange: heartbeats, gossiped or over a new link, carry our listen addresses and a sample of
+peers we know, so every peer learns dialable addresses beyond the bootstrap peer and keeps
+`target_connections` links open. The swarm stays connected when the bootstrap peer dies.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
@@ -53,12 +56,15 @@ class PeerInfo:
     next_dial: float = 0.0
     announced: Announced | None = None  # what its last heartbeat said it speaks (gossip/release.py)
 
-    def as_dict(self, now: float) -> dict:
+    def as_dict(self, now: float, heard_on_link: float | None = None) -> dict:
+        """`last_seen_ago` counts from whichever is later: our last heartbeat from it, or (a linked peer)
+        the last thing its link carried."""
+        seen = self.last_seen if heard_on_link is None or self.last_seen is None else max(self.last_seen, heard_on_link)
         return {
             "peer_id": self.peer_id, "state": self.state, "connected": self.connected,
             "roles": list(self.roles), "agent": self.agent, "addrs": list(self.addrs),
             "tasks": list(self.tasks), "versions": dict(sorted(self.versions.items())),
-            "last_seen_ago": None if self.last_seen is None else round(now - self.last_seen, 3),
+            "last_seen_ago": None if seen is None else round(now - seen, 3),
             "latency_ms": None if self.latency is None else round(self.latency * 1000, 2),
             "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset * 1000, 2),
             "proto": None if self.announced is None else str(self.announced),
@@ -106,6 +112,13 @@ class Membership:
         # names nobody outside it in the common case, and one C-level subset test says so. At 1,000
         # peers the per-entry loop it replaces was 5% of the simulator's run time.
         self._addressed: set[str] = {self_id}
+        # Peers a neighbour named to us (peer exchange) or we held a link to: what `maintain` dials. Not a
+        # gossiped heartbeat's sender: that reaches the whole swarm, and if it made its sender everyone's
+        # dial target, the few peers that gossip (a task's members: relays gossip none) took every relay's
+        # dials, sat at their connection limit and could not reach each other (`scale`). A neighbour names
+        # its own neighbours (exchange_sample), so each peer is named about as often as it has links.
+        self._named: set[str] = {self_id}
+        self._failing: set[str] = set()  # peers our last dial to failed (learn_addrs may replace their addresses)
         self.own_interval = config.heartbeat_interval  # what our last pace() said (gone_threshold's yardstick)
 
     # ---- table upkeep
@@ -129,6 +142,8 @@ class Membership:
             return False
         del self.peers[victim[2]]
         self._addressed.discard(victim[2])
+        self._named.discard(victim[2])
+        self._failing.discard(victim[2])
         return True
 
     def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
@@ -141,9 +156,13 @@ class Membership:
             info = self._info(peer)
             if info is None:
                 return
-        if not info.addrs:
+        if not info.addrs or (info.dial_failures and not info.connected):
+            # A neighbour's word never overrides addresses that work (it could name bogus ones), but ours
+            # failed: the peer may have moved, or (behind NAT) be reachable only by a relay's circuit
+            # address it took since its heartbeat reached us. A relay's heartbeat goes to its links only.
             info.addrs = tuple(addrs)[:4]
             self._addressed.add(peer)
+        self._named.add(peer)
 
     # ---- inputs
 
@@ -178,10 +197,9 @@ class Membership:
             info.addrs = beat.listen_addrs[:4]
             self._addressed.add(peer)
         heapq.heappush(self._due, (now + self.gone_threshold(info), peer, now))
-        if not beat.known_ids <= self._addressed:  # else (the common case) nothing to learn
+        if not beat.known_ids <= self._named or not self._failing.isdisjoint(beat.known_ids):  # else nothing to learn
             for known in beat.known_peers:
-                other = peers.get(known.peer_id)
-                if other is None or not other.addrs:
+                if known.peer_id != self.self_id:
                     self.learn_addrs(known.peer_id, known.addrs)
         return effects
 
@@ -189,7 +207,9 @@ class Membership:
         info = self._info(peer, linked=True)
         if info is not None:
             info.connected, info.dial_failures = True, 0
+            self._failing.discard(peer)
             self._linked.add(peer)
+            self._named.add(peer)
 
     def on_disconnected(self, peer: str) -> None:
         info = self.peers.get(peer)
@@ -201,18 +221,22 @@ class Membership:
         info = self.peers.get(peer)
         if info is not None:
             info.dial_failures += 1
+            self._failing.add(peer)
             doublings = min(info.dial_failures - 1, 16)  # a peer dead for days must not overflow the float
             delay = min(self.config.dial_backoff * 2 ** doublings, self.config.dial_backoff_max)
             info.next_dial = now + delay
 
     # ---- periodic work
 
-    def sweep(self, now: float) -> list:
+    def sweep(self, now: float, on_link: Mapping[str, float] | None = None) -> list:
         """Mark silent peers gone (closing their links), forget long-gone ones.
 
         Only peers whose deadline in `_due` has come are looked at; each is then judged by the exact
         rule (silent for more than `gone_threshold`, or gone, unlinked and silent for `forget_after`),
-        and the effects come in peer-id order, as a scan of the sorted table would give them."""
+        and the effects come in peer-id order, as a scan of the sorted table would give them. A peer
+        whose link judges it (`on_link`: peer -> when the link last carried anything, swarm/links.py)
+        is not gone for a silent heartbeat: a relay gossips none (`CoreConfig.gossips_heartbeat`), and
+        its link says sooner than any heartbeat when it goes; its entry is as fresh as the link."""
         due, peers, cfg = self._due, self.peers, self.config
         slack = 1e-3  # `when` is a float sum; the exact test below decides
         popped: set[str] = set()
@@ -227,6 +251,12 @@ class Membership:
         awake_since = self.stall.awake_since
         for peer in sorted(popped):
             info = peers[peer]
+            heard_on_link = on_link.get(peer) if on_link is not None else None
+            if info.state == ALIVE and heard_on_link is not None:
+                info.last_seen = max(info.last_seen, heard_on_link)
+                later.append((max(info.last_seen + self.gone_threshold(info), now + slack * 2), peer,
+                              info.last_seen))
+                continue
             silent = now - max(info.last_seen, awake_since)  # a silence we slept through does not count
             if info.state == ALIVE and silent > self.gone_threshold(info):
                 info.state = GONE
@@ -238,6 +268,8 @@ class Membership:
             elif info.state == GONE and not info.connected and silent > cfg.forget_after:
                 del peers[peer]
                 self._addressed.discard(peer)
+                self._named.discard(peer)
+                self._failing.discard(peer)
             else:  # not quite due (float slack), gone but still linked, or heard of before we stalled: later
                 when = max(info.last_seen, awake_since) + (
                     self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
@@ -300,13 +332,15 @@ class Membership:
         self.own_interval = interval = min(MAX_INTERVAL, interval)
         return interval, size
 
-    def maintain(self, now: float, rng: Rng, is_banned) -> list:
-        """Dial known peers until `target_connections` links are open."""
+    def maintain(self, now: float, rng: Rng, is_banned) -> tuple[list, bool]:
+        """Dial known peers until `target_connections` links are open: (the dials, whether we are short
+        of peers to dial, which asks our neighbours for more: swarm/pings.py, shuffle)."""
         missing = self.config.target_connections - len(self._linked)
         if missing <= 0:
-            return []
-        candidates = [p for p in sorted(self.peers) if self.dialable(self.peers[p], now) and not is_banned(p)]
-        return [self.dial(self.peers[peer], now) for peer in rng.sample(candidates, missing)]
+            return [], False
+        peers = self.peers
+        candidates = [p for p in sorted(self._named) if p in peers and self.dialable(peers[p], now) and not is_banned(p)]
+        return [self.dial(self.peers[peer], now) for peer in rng.sample(candidates, missing)], len(candidates) < missing
 
     def dial(self, info: PeerInfo, now: float) -> Dial:
         info.next_dial = now + self.config.dial_backoff  # at most one dial in flight per backoff period
@@ -318,9 +352,11 @@ class Membership:
         return not info.connected and bool(info.addrs) and now >= info.next_dial
 
     def exchange_sample(self, rng: Rng) -> tuple[PeerAddrs, ...]:
-        """Some live peers with addresses, for our heartbeat (peer exchange)."""
-        alive = [p for p in sorted(self.peers) if self.peers[p].state == ALIVE and self.peers[p].addrs]
-        return tuple(PeerAddrs(p, self.peers[p].addrs) for p in rng.sample(alive, self.config.exchange_size))
+        """Some of our linked peers with addresses, for our heartbeat (peer exchange): our neighbours, not
+        every live peer we know, which would name the few that gossip heartbeats in every sample."""
+        peers = self.peers
+        linked = [p for p in sorted(self._linked) if p in peers and peers[p].addrs]
+        return tuple(PeerAddrs(p, peers[p].addrs) for p in rng.sample(linked, self.config.exchange_size))
 
     def announced(self, peer: str) -> Announced | None:
         info = self.peers.get(peer)
@@ -332,5 +368,6 @@ class Membership:
     def connected_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.connected)
 
-    def snapshot(self, now: float) -> list[dict]:
-        return [self.peers[p].as_dict(now) for p in sorted(self.peers)]
+    def snapshot(self, now: float, on_link: Mapping[str, float] | None = None) -> list[dict]:
+        on_link = on_link or {}
+        return [self.peers[p].as_dict(now, on_link.get(p)) for p in sorted(self.peers)]

@@ -45,20 +45,32 @@ class Pings:
             effects += self.ping(now, peer)
         return effects
 
-    def ping(self, now: float, peer: str) -> list:
-        """Ask a linked peer whether it is there (and, first time on the link, tell it who we are)."""
+    def ping(self, now: float, peer: str, shuffle: bool = False) -> list:
+        """Ask a linked peer whether it is there (and, first time on the link or in a shuffle, tell it who
+        we are and whom we know)."""
         if not self.listening():
             return []  # the link is pinged once it has been silent
         self.links.pinged(now, peer)
-        data = self.signed_beat(now) if self.links.introduce(peer) else b""
+        introduce = self.links.reintroduce(peer, now) if shuffle else self.links.introduce(peer, now)
+        data = self.signed_beat(now) if introduce else b""
         return [self.pending.request(now, None, None, peer, protocols.PING, data, self.timeout)]
+
+    def shuffle(self, now: float, rng) -> list:
+        """We are short of peers to dial (Membership.maintain): swap peer exchange samples with one
+        neighbour, picked at random among those we have not swapped with for `shuffle_every`. A relay
+        learns addresses only over its links, and a link's first exchange can predate its neighbour's
+        other links (three peers joining one bootstrap at once would never find each other)."""
+        partners = self.links.shuffle_partners(now)
+        return self.ping(now, rng.choice(partners), shuffle=True) if partners and self.listening() else []
 
     def on_ping(self, now: float, inp: RequestReceived) -> list:
         """Answered at once: empty (the link is alive, all a ping asks), or with our heartbeat when the
-        ping held the neighbour's and ours has not gone over this link yet."""
-        effects = self._beat(now, inp.peer, inp.data)
+        ping held the neighbour's and ours has not gone over this link yet, or (a shuffle: it held a new
+        one) not for `shuffle_every`."""
+        effects, fresh = self._beat(now, inp.peer, inp.data)
         data = b""
-        if inp.data and self.listening() and self.links.introduce(inp.peer):
+        if inp.data and self.listening() and (self.links.introduce(inp.peer, now)
+                                              or (fresh and self.links.reintroduce(inp.peer, now))):
             data = self.signed_beat(now)
         return [Respond(inp.request_id, data)] + effects
 
@@ -68,11 +80,12 @@ class Pings:
         self.links.ping_ended(inp.peer, inp.error)
         if inp.error is not None:
             return []
-        return self._beat(now, inp.peer, inp.data)
+        return self._beat(now, inp.peer, inp.data)[0]
 
-    def _beat(self, now: float, peer: str, data: bytes) -> list:
+    def _beat(self, now: float, peer: str, data: bytes) -> tuple[list, bool]:
+        """(effects, whether `data` was a heartbeat we took: signed by the peer, newer than its last)."""
         if not data:
-            return []
+            return [], False
         try:
             try:
                 signed = self.open(data)
@@ -82,9 +95,9 @@ class Pings:
                 raise Rejected(errors.SCHEMA, f"a ping holds a {signed.kind}, not a heartbeat")
             if peer_id_from_public_key(signed.signer) != peer:
                 raise Rejected(errors.UNAUTHORIZED, "a ping holds another peer's heartbeat")
-            return self.on_heartbeat(now, signed.message, peer)
+            return self.on_heartbeat(now, signed.message, peer), True
         except Rejected as rej:
             if rej.reason in (errors.STALE, errors.OTHER_MAJOR) or (
                     rej.reason == errors.OUT_OF_WINDOW and self.stall.excused(now)):
-                return []  # gossip brought a newer one first; a release we do not speak; we slept through it
-            return self.penalise(now, peer, rej)
+                return [], False  # gossip brought a newer one first; a release we do not speak; we slept through it
+            return self.penalise(now, peer, rej), False

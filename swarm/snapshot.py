@@ -23,7 +23,7 @@ def status(core, now: float) -> dict:
         "listen_addrs": list(core.listen_addrs),
         "now": now,
         "uptime": None if core.started_at is None else round(now - core.started_at, 3),
-        "peers": core.membership.snapshot(now),
+        "peers": core.membership.snapshot(now, core.links.judged()),
         "connected": core.membership.connected_peers(),
         "alive": core.membership.alive_peers(),
         "tasks": tasks,

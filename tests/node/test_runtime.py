@@ -35,7 +35,8 @@ async def test_three_nodes_meet_and_learn_a_task(tmp_path):
                 if all(len(v["alive"]) == 2 and len(v["connected"]) == 2 for v in views.values()):
                     break
                 await trio.sleep(0.3)
-        # Peer exchange: the two joiners found each other, not only the bootstrap.
+        # Peer exchange: the two joiners found each other, not only the bootstrap (both met it at once, so
+        # the samples on their first links named nobody; a shuffle swapped newer ones, swarm/pings.py).
         assert views[dirs[2]]["peers"][0]["addrs"]
         table = {"task": {"name": "t", "model": "m", "env": "digit-sort"}}
         result = await trio.to_thread.run_sync(control.call, dirs[1], "announce-task", {"task": table})
@@ -46,7 +47,8 @@ async def test_three_nodes_meet_and_learn_a_task(tmp_path):
                     break
                 await trio.sleep(0.3)
         snap = views[dirs[0]]
-        assert snap["messages"]["accepted"] > 0 and snap["gossip"]["latency"]["status"]["n"] > 0
+        assert snap["messages"]["accepted"] > 0
+        assert "status" not in snap["gossip"]["latency"], "relays know each other by their links: no heartbeat gossiped"
         await trio.to_thread.run_sync(control.call, dirs[0], "stop")
         await trio.to_thread.run_sync(control.call, dirs[1], "stop")
         await trio.to_thread.run_sync(control.call, dirs[2], "stop")

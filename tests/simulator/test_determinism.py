@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def test_same_seed_same_hash_different_seed_different_hash():
-    s = tiny(duration=90, extra="[workload]\nprobe_rate = 1.0\n[churn]\ncrash_rate = 6.0\ndowntime = 5\n")
+    s = tiny(duration=90, extra="[workload]\nprobe_rate = 2.0\n[churn]\ncrash_rate = 6.0\ndowntime = 5\n")
     a, b = run_scenario(s), run_scenario(s)
     c = run_scenario(with_seed(s, 2))
     assert a.trace_hash == b.trace_hash

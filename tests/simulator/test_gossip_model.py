@@ -51,14 +51,19 @@ def test_accepted_messages_reach_everyone_once_per_core():
 
 
 def test_ihave_iwant_repair_heavy_loss():
-    # 30% of gossip frames are lost: eager push alone would miss peers, IHAVE/IWANT fills the gaps.
+    # 30% of gossip frames are lost: eager push alone would miss peers, IHAVE/IWANT fills the gaps. Not
+    # every one: gossipsub offers IHAVE only to peers outside its mesh, so a peer whose every neighbour
+    # has it in its mesh, and every one of whose copies is lost (0.3 ** 8 with 8 links), is never told.
     r = run_scenario(tiny(peers=20, duration=150, settle=30, checks=("delivery-complete",),
                           extra="[network]\nloss = 0.3\n[workload]\nprobe_rate = 1.0\n"))
-    assert r.checks["delivery-complete"].ok, r.checks["delivery-complete"].violations[:3]
+    delivered, due = map(int, r.checks["delivery-complete"].detail.split()[0].split("/"))
+    assert due > 1000 and due - delivered <= due / 1000, r.checks["delivery-complete"].violations[:3]
     # Once the meshes have formed (10 s), a lossless swarm needs no repair; the lossy one keeps needing it.
     # Counted from then: the join phase's repairs depend on how fast peers meet, not on loss.
     repaired = {}
     for name, extra in (("lossless", ""), ("lossy", "[network]\nloss = 0.3\n")):
+        # relays gossip nothing else: about one message per peer every 2 s, as their heartbeats were
+        extra += "[workload]\nprobe_rate = 10.0\n"
         sim, _ = prepare(tiny(peers=20, duration=60, settle=10, extra=extra), Trace())
         sim.loop.run(10.0)
         joined = sim.router.iwant_served

@@ -42,15 +42,19 @@ PINNED = {
     # Moved when a link's heartbeat declared no swarm size before our first gossiped one, and our
     # current one after it (newcomers in a flash crowd had pulled each other's estimates down):
     # adversarial was 69f6ce86..., churn-compressed facb80da..., trainer-failover c81be91f...
-    "smoke": "3752cbb931ac248a8126ea5c78b0e0e4e15eebc61b2fcf9208d4879e1f16d8ca",
-    "adversarial": "a417e1478ad8cf2f364c4eb01ca3e7f8b66b243c26117d9669c58b8598ebe205",
-    "churn-compressed": "782e0106f551fb54cbbea2ceca5a233ceadccd5f564261aafa7b98fd11a59ef5",
-    "trainer-failover": "9d850a9a484d2b415c05af3c1c780501cdf6cfe895a84acd67930c18fd3b5fa1",
+    # Moved when relays stopped gossiping heartbeats (known by their links, which carry the peer exchange,
+    # sampled from our linked peers, and shuffles), maintain dialled only peers a neighbour named, and a
+    # timed-out ping left its question open: smoke was 3752cbb9..., adversarial a417e147...,
+    # churn-compressed 782e0106..., trainer-failover 9d850a9a..., scaling d288d769...
+    "smoke": "39526bcf96b0cd57e9006cee89ac6d73c919d03a01a1ba6835b5de906a53cea7",
+    "adversarial": "c45803b988309b5235e82e3f7c598afd363200a5131a9d472d26a6cccb1811b6",
+    "churn-compressed": "cfafa1293c6d27d0d2620c91994e5e5be3c6759b1a3396ca2ddcb69a6368b5ae",
+    "trainer-failover": "c5a2dfdaec334e1a49b52ebf1c373773d8df1ecc1f29592817e2f75129748b86",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...
-    "scaling": "d288d7695dbc3b00f5c615259f0a800fd3456c43f0bee228efae7ece78b60c34",
+    "scaling": "3f230407313baaee15d0b4fd9cb158cc4fc262bbfd0d3fc5a3eeb54162b6c42f",
 }
 
 

@@ -13,14 +13,16 @@ from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet
 
 
-def make_cores(n: int, **membership) -> list[PeerCore]:
-    cfg = CoreConfig(membership=MembershipConfig(**membership))
+def make_cores(n: int, roles: tuple[str, ...] = ("worker",), **membership) -> list[PeerCore]:
+    """Workers by default: a relay gossips no heartbeat (CoreConfig.gossips_heartbeat), and most of
+    these tests are about the gossiped ones; a worker with no task does nothing else."""
+    cfg = CoreConfig(roles=roles, membership=MembershipConfig(**membership))
     return [PeerCore(Identity(bytes([i + 1]) * 32), cfg, seed=i) for i in range(n)]
 
 
-def star(n: int, **membership) -> tuple[MemoryNet, list[str]]:
+def star(n: int, roles: tuple[str, ...] = ("worker",), **membership) -> tuple[MemoryNet, list[str]]:
     """n peers that know only peer 0 (the bootstrap)."""
-    cores = make_cores(n, **membership)
+    cores = make_cores(n, roles, **membership)
     net = MemoryNet(cores, T0)
     ids = [c.peer_id for c in cores]
     net.start()
@@ -57,7 +59,7 @@ def test_heartbeats_and_peer_exchange_connect_everyone():
         assert set(snap["alive"]) == set(ids) - {p}, p
         assert set(snap["connected"]) == set(ids) - {p}, "peer exchange dials beyond the bootstrap"
         for peer in snap["peers"]:
-            assert peer["roles"] == ["relay"] and peer["last_seen_ago"] < 3
+            assert peer["roles"] == ["worker"] and peer["last_seen_ago"] < 3
 
 
 def test_swarm_survives_bootstrap_death():
@@ -260,7 +262,8 @@ def test_heartbeat_interval_stretches_with_swarm_size_and_liveness_follows():
 def test_shared_envelope_memo_gives_same_results():
     from gossip.envelope import EnvelopeMemo
     memo = EnvelopeMemo()
-    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(), seed=i, envelope_memo=memo) for i in range(4)]
+    cores = [PeerCore(Identity(bytes([i + 1]) * 32), CoreConfig(roles=("worker",)), seed=i, envelope_memo=memo)
+             for i in range(4)]
     net = MemoryNet(cores, T0)
     ids = [c.peer_id for c in cores]
     net.start()

@@ -129,13 +129,18 @@ def test_maintain_dials_only_while_short_of_links():
     m = Membership("self", cfg)
     for i in range(5):
         m.learn_addrs(f"p{i}", (f"/mem/p{i}",))
-    dials = m.maintain(0.0, Rng(1), lambda p: False)
-    assert len(dials) == 2
+    dials, short = m.maintain(0.0, Rng(1), lambda p: False)
+    assert len(dials) == 2 and not short
     m.on_connected("p0", ())
     m.on_connected("p1", ())
-    assert m.maintain(100.0, Rng(1), lambda p: False) == []
+    assert m.maintain(100.0, Rng(1), lambda p: False) == ([], False)
     m.on_disconnected("p1")
-    assert len(m.maintain(100.0, Rng(1), lambda p: False)) == 1
+    dials, short = m.maintain(100.0, Rng(1), lambda p: False)
+    assert len(dials) == 1 and not short
+    lonely = Membership("self", MembershipConfig(target_connections=3))
+    lonely.learn_addrs("p0", ("/mem/p0",))
+    dials, short = lonely.maintain(0.0, Rng(1), lambda p: False)
+    assert len(dials) == 1 and short, "3 links wanted, 1 address known: ask the neighbours for more"
 
 
 def beat(seq: int, now: float, interval: float, peers: int) -> StatusHeartbeat:
@@ -178,3 +183,20 @@ def test_a_peer_that_heard_nobody_declares_no_size():
     m = Membership("self", MembershipConfig(status_budget=0.3))
     interval, size = m.pace(uptime=0.0)
     assert size == 0 and interval == pytest.approx(1 / 0.3)
+
+
+def test_a_neighbours_sample_replaces_only_addresses_that_failed():
+    """Peer exchange names a peer with the addresses the namer holds for it. They never override ours
+    while ours may work (a neighbour could name bogus ones), but once our dial failed they replace them:
+    a peer behind NAT is reachable only by the relay circuit address it took after we first heard of it."""
+    m = Membership("self", MembershipConfig())
+    m.learn_addrs("natted", ("/ip4/10.0.0.5/tcp/1",))
+    m.learn_addrs("natted", ("/ip4/6.6.6.6/tcp/1",))
+    assert m.peers["natted"].addrs == ("/ip4/10.0.0.5/tcp/1",)
+    m.on_dial_failed(0.0, "natted")
+    circuit = ("/ip4/1.2.3.4/tcp/1/p2p/relay/p2p-circuit/p2p/natted",)
+    m.learn_addrs("natted", circuit)
+    assert m.peers["natted"].addrs == circuit
+    m.on_connected("natted", ())
+    m.learn_addrs("natted", ("/ip4/6.6.6.6/tcp/1",))
+    assert m.peers["natted"].addrs == circuit, "a link proves them: no longer replaced"

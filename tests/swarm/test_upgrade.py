@@ -18,8 +18,9 @@ from tests.swarm.harness import MemoryNet
 from tests.swarm.test_roles import fake_jobs
 
 
-def pair(release_b: str = "next", roles=("relay",), hub: PeerCore | None = None):
-    """Peer a on this release, b on `release_b`, linked (both to `hub` instead, when given)."""
+def pair(release_b: str = "next", roles=("worker",), hub: PeerCore | None = None):
+    """Peer a on this release, b on `release_b`, linked (both to `hub` instead, when given). Workers with
+    no task: they gossip heartbeats and what a release sends beside them (a relay sends neither)."""
     a = PeerCore(Identity(b"\x11" * 32), CoreConfig(roles=roles), seed=1)
     b = PeerCore(Identity(b"\x12" * 32), CoreConfig(roles=roles, release=release_b), seed=2)
     net = MemoryNet([a, b] + ([hub] if hub else []), T0)
