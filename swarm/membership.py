@@ -34,6 +34,7 @@ ALIVE, GONE, KNOWN = "alive", "gone", "known"  # KNOWN: an address we heard of, 
 _PLAIN = Announced()  # what a heartbeat that announces nothing says: 1.0, no capabilities (shared)
 MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound
 BELIEVED = 4.0  # a declared interval counts up to this many times our own
+RELAY_ONLY = ("relay",)
 
 
 @dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
@@ -353,10 +354,15 @@ class Membership:
 
     def exchange_sample(self, rng: Rng) -> tuple[PeerAddrs, ...]:
         """Some of our linked peers with addresses, for our heartbeat (peer exchange): our neighbours, not
-        every live peer we know, which would name the few that gossip heartbeats in every sample."""
+        every live peer we know, which would name the few that gossip heartbeats in every sample; and of
+        them the relays, when we have any: a peer named is dialled by whoever hears it, and a task member
+        at its connection limit with relays' links cannot be reached by the trainer that needs its
+        batch (a 3,000-peer `scale` lost a batch that way, and every step after it). Task members find
+        each other by their gossiped heartbeats and the task's own dials."""
         peers = self.peers
         linked = [p for p in sorted(self._linked) if p in peers and peers[p].addrs]
-        return tuple(PeerAddrs(p, peers[p].addrs) for p in rng.sample(linked, self.config.exchange_size))
+        relays = [p for p in linked if peers[p].roles == RELAY_ONLY]
+        return tuple(PeerAddrs(p, peers[p].addrs) for p in rng.sample(relays or linked, self.config.exchange_size))
 
     def announced(self, peer: str) -> Announced | None:
         info = self.peers.get(peer)

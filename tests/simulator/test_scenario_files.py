@@ -27,6 +27,8 @@ def test_every_shipped_scenario_loads():
         s = load(name)
         assert s.name == name and s.total_peers >= 10
     assert load("scale").total_peers == 1000 and load("scale").duration == 3600
+    big = load("scale-10k")  # run by hand (about 10 minutes here): docs/benchmarks.md
+    assert big.total_peers == 10000 and big.duration >= 1800 and big.churn.replace_fraction > 0
     assert load("churn").total_peers == 100 and load("churn").churn.replace_fraction == 0.3
     assert {spec.mode for spec in load("learning").jobs.values()} == {"real"}
 

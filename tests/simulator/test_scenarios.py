@@ -45,11 +45,13 @@ PINNED = {
     # Moved when relays stopped gossiping heartbeats (known by their links, which carry the peer exchange,
     # sampled from our linked peers, and shuffles), maintain dialled only peers a neighbour named, and a
     # timed-out ping left its question open: smoke was 3752cbb9..., adversarial a417e147...,
-    # churn-compressed 782e0106..., trainer-failover 9d850a9a..., scaling d288d769...
+    # churn-compressed 782e0106..., trainer-failover 9d850a9a..., scaling d288d769...; and when peer
+    # exchange named our linked relays rather than any linked peer: adversarial was c45803b9...,
+    # churn-compressed cfafa129..., trainer-failover c5a2dfda...
     "smoke": "39526bcf96b0cd57e9006cee89ac6d73c919d03a01a1ba6835b5de906a53cea7",
-    "adversarial": "c45803b988309b5235e82e3f7c598afd363200a5131a9d472d26a6cccb1811b6",
-    "churn-compressed": "cfafa1293c6d27d0d2620c91994e5e5be3c6759b1a3396ca2ddcb69a6368b5ae",
-    "trainer-failover": "c5a2dfdaec334e1a49b52ebf1c373773d8df1ecc1f29592817e2f75129748b86",
+    "adversarial": "c5be121a8459dedea5e5d59cb6bc2adb751a1fc6a768d97a060f5a50a5c53346",
+    "churn-compressed": "135247c69009e9513d0accfc641fd69944c73cb7a5fe1730417eef57af8d7d86",
+    "trainer-failover": "2d959ff2ef611035dc7bcc646152471d16c7be2e9cf33b71a61d069a0bf11ceb",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was

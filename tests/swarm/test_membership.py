@@ -200,3 +200,23 @@ def test_a_neighbours_sample_replaces_only_addresses_that_failed():
     m.on_connected("natted", ())
     m.learn_addrs("natted", ("/ip4/6.6.6.6/tcp/1",))
     assert m.peers["natted"].addrs == circuit, "a link proves them: no longer replaced"
+
+
+def test_peer_exchange_names_our_linked_relays_and_our_other_links_only_without_any():
+    """A peer named is dialled by whoever hears it: naming task members would put them at their
+    connection limit with relays' links, where the trainer that needs a worker's batch cannot reach it."""
+    from gossip.messages import StatusHeartbeat
+
+    def beat(roles):
+        return StatusHeartbeat(seq=1, sent_at=0.0, interval=2.0, roles=roles, agent="x", listen_addrs=("/mem/x",),
+                               tasks=(), versions={}, known_peers=(), peers=0)
+
+    m = Membership("self", MembershipConfig(exchange_size=8))
+    for peer, roles in (("r1", ("relay",)), ("r2", ("relay",)), ("w1", ("worker",)), ("t1", ("trainer",))):
+        m.on_connected(peer, ())
+        m.on_heartbeat(0.0, peer, beat(roles))
+    m.on_heartbeat(0.0, "far", beat(("relay",)))  # alive, but not linked: never named
+    assert {p.peer_id for p in m.exchange_sample(Rng(1))} == {"r1", "r2"}
+    m.on_disconnected("r1")
+    m.on_disconnected("r2")
+    assert {p.peer_id for p in m.exchange_sample(Rng(1))} == {"w1", "t1"}, "a swarm of task members only"
