@@ -124,16 +124,19 @@ def test_killed_trainer_is_replaced_by_its_standby_and_returns_as_one(tmp_path):
         assert len(takeover) == 1 and takeover[0]["ts"] >= killed_at, takeover  # no takeover while it lived
         takeover = takeover[0]
         print(f"kill -> takeover {takeover['ts'] - killed_at:.2f} s (bound {TAKEOVER_AFTER + period:.2f}), -> first "
-              f"version {first['ts'] - killed_at:.2f} s (bound {TAKEOVER_AFTER + period:.2f}); period "
+              f"version {first['ts'] - killed_at:.2f} s (bound {TAKEOVER_AFTER + 2 * period:.2f}); period "
               f"{period:.2f} s; last version {killed_at - before[-1]['ts']:.2f} s before the kill; {len(jobs)} "
               f"processes under the killed node, all gone")
         assert takeover["silent"] >= TAKEOVER_AFTER and (takeover["term"], takeover["rank"]) == (1, 1)
-        # the standby publishes within takeover_after + one version period of the kill: it checked the
+        # the standby takes over within takeover_after + one version period of the kill and publishes
+        # within one more period (the simulator's training-advances allows the same two): it checked the
         # batches it heard while standing by (standby_checks), so its job process has the model loaded and
-        # its first step needs no fetch or check; the checkpoint it fetched gives it the optimizer state
+        # its first step needs no fetch or check. That step also restores the optimizer state from the
+        # checkpoint it fetched, work no step before the kill had, so one period measured before the kill
+        # is not a bound for it on a loaded machine (CI measured 2.70 s from takeover against 1.41 s)
         assert records(dirs[2], "stalled") == [stalled], "one stall, and it took nothing over"
         assert takeover["ts"] - killed_at <= TAKEOVER_AFTER + period
-        assert first["ts"] - killed_at <= TAKEOVER_AFTER + period
+        assert first["ts"] - killed_at <= TAKEOVER_AFTER + 2 * period
         fetched = [r["version"] for r in read_records(dirs[2], "checkpoint-fetched") if r["ts"] < takeover["ts"]]
         assert takeover["state_version"] == max(fetched)  # it continued from the newest checkpoint it fetched
         # learning goes on from a trained version (the module's docstring says why this, not the reward)
