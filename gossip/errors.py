@@ -28,6 +28,7 @@ UNKNOWN_COMMITMENT = "unknown-commitment"  # a verdict about a commitment this p
 CHEATED = "cheated"  # proven: a failed check with evidence, or two signed claims that contradict
 TOO_OLD = "too-old"  # a rollout from a policy older than the task's async window allows
 CAPACITY = "capacity"  # we are full (too many tasks, say): not the sender's fault
+KEPT = "kept"  # taken, but not relayed: a heartbeat nothing vouches for (swarm/membership.py), no penalty
 BAD_SHARD = "bad-shard"  # a served weight shard whose bytes do not hash to the signed manifest's hash
 TRUNCATED = "truncated"  # a served weight shard of the wrong length (cut short or padded)
 STREAM_ABUSE = "stream-abuse"  # the transport refused a peer's stream (idle, oversized, garbage frame)

@@ -52,7 +52,8 @@ import msgpack
 
 from gossip import topics
 from gossip.envelope import MAX_ENVELOPE, VERSION, seal
-from gossip.messages import Probe
+from gossip.identity import Identity
+from gossip.messages import Probe, StatusHeartbeat
 from swarm.rng import Rng
 
 if TYPE_CHECKING:
@@ -217,6 +218,28 @@ class SybilFlood(Spam):
               "every": (float, 1, 86400, 60.0), "size": (int, 0, 60_000, 256)}
 
 
+class HeartbeatFlood(Behaviour):
+    """Issue 27's attack 1: valid heartbeats, each signed by a key minted for it, declaring the worker
+    role, an hour's interval and a swarm of 1,000, at `rate` a second (the real attack's 18/s sits
+    under a forwarder's 20 new signers/s). Nothing it sends is invalid, so it is never banned: what
+    holds is the newcomer budget and that no peer relays a heartbeat nothing vouches for
+    (swarm/membership.py, swarm/core.py `_relays`). `name_task` 1: the fakes name every task the
+    flooder holds, so peers that hold it relay them within their budgets."""
+
+    kind = "heartbeat-flood"
+    detectable = False
+    PARAMS = {"rate": (float, 0.01, 1000, 18.0), "name_task": (int, 0, 1, 0)}
+
+    def act(self, world, node):
+        rng = world.rng_for(node)
+        key = Identity(rng.next_u64().to_bytes(8, "big") * 4)  # minted from the run's seed: traces repeat
+        now = world.core_now(node)
+        tasks = node.core.tasks.ids() if self.params["name_task"] else ()
+        beat = StatusHeartbeat(seq=int(now * 1000), sent_at=now, interval=3599.5, roles=("worker",), agent="fake",
+                               listen_addrs=(), tasks=tasks, versions={}, known_peers=(), peers=1000)
+        world.attack(node, topics.STATUS, seal(key, beat).wire)
+
+
 class Oversized(Behaviour):
     kind = "oversized"
     PARAMS = {"rate": (float, 0.01, 100, 0.5)}
@@ -318,7 +341,7 @@ class WithheldShards(Behaviour):
 
 
 KINDS: dict[str, type[Behaviour]] = {cls.kind: cls for cls in
-                                     (ForgedSignature, Replay, Spam, SybilFlood, Oversized, Malformed, SybilEclipse,
+                                     (ForgedSignature, Replay, Spam, SybilFlood, HeartbeatFlood, Oversized, Malformed, SybilEclipse,
                                       OtherModel, DifferentModel, InflatedReward, InflatedRewards, CherryPick,
                                       CherryPickedPrompts, LyingValidator, RubberStamp, CorruptedShards, WithheldShards)}
 

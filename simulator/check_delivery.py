@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from simulator.check_base import GLOBAL_TOPICS, JOIN_SETTLE, Check, CheckResult
+from gossip.errors import KEPT
 from swarm.stats import percentile
 
 
@@ -21,7 +22,9 @@ class Delivery(Check):
     in gossipsub as here). Messages on the global topics are measured
     (every subscribed peer must get them); status heartbeats are sampled by id in big swarms to bound
     memory. Messages published within `grace` of the end, or while a partition is in force, are not
-    measured.
+    measured; nor is a heartbeat an honest peer kept (took, but did not relay by rule: its signer
+    neither vouched for nor naming a task that peer holds, swarm/core.py `_relays`), whose reach is
+    partial by design; those are counted (`kept`).
     """
 
     name = "delivery-complete"
@@ -33,6 +36,7 @@ class Delivery(Check):
         self.status_sample = max(1, status_sample)
         self.msgs: dict[str, list] = {}  # hex -> [t, publisher, topic, {peer: t}]
         self.partitions: list[list[float]] = []
+        self.kept: set[str] = set()  # messages an honest peer took but did not relay
 
     def feed(self, t, peer, kind, f):
         if kind == "publish":
@@ -45,6 +49,8 @@ class Delivery(Check):
             rec = self.msgs.get(f["m"])
             if rec is not None and peer not in rec[3]:
                 rec[3][peer] = t
+                if kind == "reject" and f.get("why") == KEPT and self.peers.honest(peer):
+                    self.kept.add(f["m"])
         elif kind == "partition":
             self.partitions.append([t, math.inf])
         elif kind == "heal" and self.partitions:
@@ -57,7 +63,7 @@ class Delivery(Check):
         honest = [p for p in sorted(self.peers.ids) if self.peers.honest(p)]
         measured = 0
         for mid, (t0, publisher, topic, got) in sorted(self.msgs.items(), key=lambda kv: (kv[1][0], kv[0])):
-            if t0 + self.grace > end or any(a - self.grace <= t0 <= b for a, b in self.partitions):
+            if t0 + self.grace > end or any(a - self.grace <= t0 <= b for a, b in self.partitions) or mid in self.kept:
                 continue
             if not self.peers.up_throughout(publisher, t0 - JOIN_SETTLE, t0):
                 continue  # a peer's first heartbeat goes out before it has any link: nobody can get it
@@ -76,7 +82,7 @@ class Delivery(Check):
         delivered = sum(c[0] for c in by_topic.values())
         expected = sum(c[1] for c in by_topic.values())
         metrics = {
-            "messages": measured, "expected": expected, "delivered": delivered,
+            "messages": measured, "kept": len(self.kept), "expected": expected, "delivered": delivered,
             "ratio": (delivered / expected) if expected else None,
             "by_topic": {t: {"delivered": c[0], "expected": c[1], "ratio": round(c[0] / c[1], 6) if c[1] else None}
                          for t, c in sorted(by_topic.items())},

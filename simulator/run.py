@@ -6,6 +6,7 @@ import gc
 import math
 import time
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Callable
 
 from simulator.checkers import CheckResult, Evaluator
@@ -54,10 +55,16 @@ def prepare(scenario: Scenario, trace: Trace, **sim_kwargs) -> tuple[Simulation,
 
 def run_scenario(scenario: Scenario, trace_path: str | None = None,
                  on_progress: Callable[[float, float], None] | None = None,
-                 on_start: Callable[[dict], None] | None = None, **sim_kwargs) -> RunResult:
+                 on_start: Callable[[dict], None] | None = None,
+                 observers: Mapping[str, Callable[[float, int, str, dict], None]] | None = None,
+                 on_end: Callable[[Simulation], None] | None = None, **sim_kwargs) -> RunResult:
+    """Run `scenario` to its end and check it. `observers`: trace kind -> fn(t, peer, kind, fields), fed
+    every record of that kind (tests); `on_end(sim)`: called once the run is over, before it is closed."""
     trace = Trace(trace_path)
     evaluator = Evaluator(scenario.delivery_grace, status_sample=max(1, math.ceil(scenario.total_peers / 100)))
     evaluator.attach(trace)
+    for kind, fn in (observers or {}).items():
+        trace.observe(kind, fn)
     sim, faults = prepare(scenario, trace, **sim_kwargs)
     if on_start is not None:
         on_start(faults)
@@ -96,6 +103,8 @@ def run_scenario(scenario: Scenario, trace_path: str | None = None,
                  "peers_created": len(sim.nodes), "peers_live_at_end": len(sim.live),
                  "core_calls": sim.counts["core_calls"], "gossip_deliveries": sim.counts["deliveries"],
                  "gossip_rejected": sim.counts["rejected"], "envelope_memo_hits": sum(m.hits for m in sim.memos.values())}
+        if on_end is not None:
+            on_end(sim)
         return RunResult(scenario.name, scenario.seed, end, trace_hash, checks, scenario.checks, metrics, faults, stats)
     finally:
         gc.unfreeze()  # collectable again: a caller running many scenarios gets the memory back

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gossip.envelope import seal
 from gossip.identity import Identity, peer_id_from_public_key
-from gossip.messages import Message, RolloutCommitment, WeightManifest
+from gossip.messages import Message, RolloutCommitment, Verdict, WeightManifest
 from gossip.release import CURRENT, Release
 from swarm.io import Dial, Publish, RunJob, SendRequest
 from swarm.rng import Rng, stable_seed
@@ -135,6 +135,9 @@ class RoleContext:
         self._stats.on_published(topic, len(signed.wire))
         if isinstance(message, RolloutCommitment):  # verdicts about our own batches are about a known commitment
             self._trust.record_own(message.task_id, signed.msg_id, message)
+        elif isinstance(message, Verdict) and message.passed and message.task_id in self._tasks.tasks \
+                and self.trusts_verdicts_of(message.task_id, self.public_key):
+            self._trust.prove(self.signer(message.subject))  # gossip never echoes our own verdict to us
         return [Publish(topic, signed.wire)]
 
     def job(self, owner, tag: object, kind: str, payload: object) -> RunJob:
@@ -196,9 +199,11 @@ class RoleContext:
         return self._chains.of(task_id, TaskParams.of(self._tasks.tasks[task_id].task).takeover_s)
 
     def alive_with_role(self, role: str) -> list[str]:
-        """Alive peers whose heartbeats name `role`, sorted."""
+        """Alive peers whose heartbeats name `role`, sorted: of newcomers nothing vouches for, only as
+        many as membership counts (a flood of fresh keys claiming to be workers must not shrink every
+        honest worker's share of a step)."""
         peers = self._membership.peers
-        return [p for p in self._membership.alive_peers() if role in peers[p].roles]
+        return [p for p in self._membership.counted_peers() if role in peers[p].roles]
 
     # ---- versions, blobs and shards this peer holds
 

@@ -32,7 +32,7 @@ from swarm.commands import Commands
 from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBook
 from swarm.context import Pending, RoleContext
 from swarm.forkchoice import Chains
-from swarm.intake import Intake
+from swarm.intake import KEPT, Intake
 from swarm.links import LinkConfig, Links
 from swarm.io import (Ban, DialFailed, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
                       PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
@@ -115,6 +115,8 @@ class PeerCore:
         self.pending = Pending()
         self.chains = Chains()  # per task: which trainer's chain this peer follows (swarm/forkchoice.py)
         self.trust = Trust(self.peer_id, identity.public_key, "trainer" in config.roles, self.ledger)
+        proven = self.trust.proven
+        self.membership.vouches = lambda peer: peer in proven or self.tasks.names(peer)
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         if envelope_memo is not None and envelope_memo.kinds != release.kinds:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
@@ -285,7 +287,7 @@ class PeerCore:
         """A message the intake accepted so far; may still raise Rejected."""
         message = signed.message
         if isinstance(message, StatusHeartbeat):
-            return self._on_heartbeat(now, message, signer, forwarder)
+            return self._on_heartbeat(now, message, signer, forwarder, via=net)
         if isinstance(message, TaskAnnouncement):
             self.stats.on_delivered("task", None)
             return self._learn_task(now, signed, via=net)
@@ -300,14 +302,27 @@ class PeerCore:
         return self._on_task_message(now, topic, signed, signer)
 
     def _on_heartbeat(self, now: float, message: StatusHeartbeat, signer: str, forwarder: str,
-                      gossip: bool = True) -> list:
-        effects = self.membership.on_heartbeat(now, signer, message)
+                      gossip: bool = True, via: str | None = None) -> list:
+        """`via`: the source network a gossiped heartbeat came through (None: over the signer's link)."""
+        effects = self.membership.on_heartbeat(now, signer, message, via)
+        if via is not None and not self._relays(signer, message):
+            effects.insert(0, KEPT)
         if self._pace is None and message.peers and "heartbeat" in self.timers:
             self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
         effects += self.shards.on_heartbeat(now, signer, message.versions)
         if gossip:  # a ping's heartbeat is not a gossip delivery (the latency figures are gossip's)
             self.stats.on_delivered("status", now - message.sent_at)
         return effects + self.sync.ask(now, message.tasks, signer, forwarder)
+
+    def _relays(self, signer: str, beat: StatusHeartbeat) -> bool:
+        """Relay a gossiped heartbeat only if its signer is vouched for (linked to us: the first hop of
+        every heartbeat; named by a task; proven work) or it names a task we hold: someone must be able to
+        use it. Anything else stops here: a fresh key's heartbeat reaches the neighbours of whoever
+        signed it, and no further (swarm/membership.py, newcomers; issue 27, attack 1)."""
+        if self.membership.vouched(signer):
+            return True
+        held = self.tasks.tasks
+        return any(t in held for t in beat.tasks)
 
     def _last_seen(self, peer: str) -> float | None:
         info = self.membership.peers.get(peer)

@@ -17,6 +17,9 @@ all arrive through the spammer's own link, so it is throttled there and pays the
 Forwarder ids are free too, so the same budget also holds for all forwarders of one source network
 (`MessageReceived.from_net`, where the runtime knows it); that refusal is `capacity`, unpenalised,
 since honest peers may share a network with the spammer.
+
+A handler may take a message and still stop it here (`KEPT`: a heartbeat nothing vouches for,
+swarm/core.py `_relays`): it counts as accepted, and gossip is told not to relay it.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ from swarm.stall import StallWatch
 from swarm.stats import GossipStats
 
 ACCEPTED = MessageVerdict(True)  # frozen: one instance serves every accepted message
+# What a handler returns first for a message it took but that must go no further (a newcomer's
+# heartbeat: swarm/membership.py): counted as accepted, answered as not valid so gossip does not relay it.
+KEPT = MessageVerdict(False, errors.KEPT)
 FOREIGN_RATE, FOREIGN_BURST = 1.0, 20.0  # other-major messages/s one forwarder may hand us for free
 # Refusals a backlog after our own stall produces from honest peers' traffic (swarm/stall.py): late,
 # repeated, or about something we dropped while catching up.
@@ -65,6 +71,7 @@ class Intake:
         self.accepted = 0
         self.rejected: Counter = Counter()  # reason -> messages
         self.excused = 0  # refusals for lateness not penalised because we had stalled (swarm/stall.py)
+        self.kept = 0  # accepted messages we did not relay (KEPT)
 
     def receive(self, now: float, inp: MessageReceived, dispatch: Callable) -> list:
         """The verdict on one message, then what `dispatch(now, topic, signed, signer, forwarder, net)` made
@@ -122,6 +129,9 @@ class Intake:
         self.accepted += 1
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
         ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
+        if effects and effects[0] is KEPT:
+            self.kept += 1
+            return effects
         return [ACCEPTED] + effects
 
     def _unknown_kind(self, now: float, unknown: UnknownKind, signer: str) -> Rejected:

@@ -12,6 +12,12 @@ keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers,
 the defaults), and says in each heartbeat when to expect the next. The peers we hold a link to count
 as alive while the link does, heartbeat or not (`sweep(on_link=...)`).
 
+Keys cost nothing, so a heartbeat alone earns a live entry only within a budget (swarm/newcomers.py).
+A peer is *vouched* for when something costly stands behind it: we hold or held a link to it (its
+connection passed the per-address and per-network limits), a task we hold names it as a trainer or
+validator, or a trusted checker passed its work (`vouches`, the core's word). Any other peer is a
+newcomer, and newcomers count toward our pace only up to the vouched peers' number.
+
 Peer exchange: heartbeats, gossiped or over a new link, carry our listen addresses and a sample of
 peers we know, so every peer learns dialable addresses beyond the bootstrap peer and keeps
 `target_connections` links open. The swarm stays connected when the bootstrap peer dies.
@@ -20,13 +26,14 @@ peers we know, so every peer learns dialable addresses beyond the bootstrap peer
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
 from gossip.messages import PeerAddrs, StatusHeartbeat
 from gossip.release import CURRENT, Announced, Release
 from swarm.io import Dial, Disconnect, Emit
+from swarm.newcomers import Newcomers
 from swarm.rng import Rng
 from swarm.stall import StallWatch
 
@@ -47,6 +54,7 @@ class PeerInfo:
     tasks: tuple[str, ...] = ()
     versions: dict[str, int] = field(default_factory=dict)
     last_seq: int = -1
+    gossip_seq: int = -1  # the newest seq of its gossiped heartbeats (last_seq: of any, links' too)
     last_seen: float | None = None
     interval: float = 0.0  # the peer's declared heartbeat interval
     swarm: int = 0  # the swarm size the peer declared (StatusHeartbeat.peers; 0: it had no estimate)
@@ -56,6 +64,7 @@ class PeerInfo:
     dial_failures: int = 0
     next_dial: float = 0.0
     announced: Announced | None = None  # what its last heartbeat said it speaks (gossip/release.py)
+    linked_once: bool = False  # we held a link to it (vouched for: its connection passed our address limits)
 
     def as_dict(self, now: float, heard_on_link: float | None = None) -> dict:
         """`last_seen_ago` counts from whichever is later: our last heartbeat from it, or (a linked peer)
@@ -86,6 +95,8 @@ class MembershipConfig:
     window_past: float = 60.0  # heartbeats older than this are out of window
     window_future: float = 30.0  # tolerated clock skew
     exchange_size: int = 8  # peers shared per heartbeat
+    newcomers: int = 256  # alive peers nothing vouches for (swarm/newcomers.py), at most
+    newcomers_per_net: int = 64  # ... of them charged to one source network, at most
     # After the first link, wait up to this long for someone's heartbeat (and the swarm size it declares)
     # before sending our first, which then declares an interval fit for the swarm instead of the
     # base-rate guess of a peer that knows nobody (and so needs a second heartbeat seconds later).
@@ -120,32 +131,59 @@ class Membership:
         # its own neighbours (exchange_sample), so each peer is named about as often as it has links.
         self._named: set[str] = {self_id}
         self._failing: set[str] = set()  # peers our last dial to failed (learn_addrs may replace their addresses)
+        self.vouches: Callable[[str], bool] = lambda peer: False  # the core's word: task-named, or proven work
+        self.newcomers = Newcomers(config.newcomers_per_net, config.newcomers)
+        self._alive = lambda peer: self.peers[peer].state == ALIVE
         self.own_interval = config.heartbeat_interval  # what our last pace() said (gone_threshold's yardstick)
 
     # ---- table upkeep
 
-    def _info(self, peer: str, linked: bool = False) -> PeerInfo | None:
+    def _info(self, peer: str, linked: bool = False, room_from_newcomers: bool = False) -> PeerInfo | None:
         """The peer's entry, made if there is room. A peer we hold a link to always gets one: a flood of
         heartbeats from fresh keys fills the table with live entries (issue 27, attack 1), and our own
-        neighbours, whose links cost something to hold, must not be what it locks out."""
+        neighbours, whose links cost something to hold, must not be what it locks out. A peer vouched
+        for otherwise (`room_from_newcomers`) may take the place of a live newcomer."""
         info = self.peers.get(peer)
         if info is None and peer != self.self_id:
-            if len(self.peers) >= self.config.max_peers and not self._evict_one(alive_too=linked):
+            if len(self.peers) >= self.config.max_peers and \
+                    not self._evict_one("any" if linked else "newcomers" if room_from_newcomers else ""):
                 return None
             info = self.peers[peer] = PeerInfo(peer)
         return info
 
-    def _evict_one(self, alive_too: bool = False) -> bool:
-        """Drop the unlinked entry heard from least recently: one not alive, else (`alive_too`) any."""
-        victim = min(((p.state == ALIVE, p.last_seen or 0.0, p.peer_id) for p in self.peers.values()
-                      if not p.connected and (alive_too or p.state != ALIVE)), default=None)
+    def _evict_one(self, alive_too: str = "") -> bool:
+        """Drop the unlinked entry heard from least recently: one not alive, else a live newcomer
+        (`alive_too` "newcomers" or "any"), else (`alive_too` "any") any."""
+        charged = self.newcomers.charged
+        victim = min(((p.state == ALIVE, p.peer_id not in charged, p.last_seen or 0.0, p.peer_id)
+                      for p in self.peers.values()
+                      if not p.connected and (p.state != ALIVE or alive_too == "any"
+                                              or (alive_too and p.peer_id in charged))), default=None)
         if victim is None:
             return False
-        del self.peers[victim[2]]
-        self._addressed.discard(victim[2])
-        self._named.discard(victim[2])
-        self._failing.discard(victim[2])
+        self._forget(victim[3])
         return True
+
+    def _forget(self, peer: str) -> None:
+        del self.peers[peer]
+        self._addressed.discard(peer)
+        self._named.discard(peer)
+        self._failing.discard(peer)
+        self.newcomers.uncharge(peer)
+
+    # ---- newcomers
+
+    def vouched(self, peer: str, info: PeerInfo | None = None) -> bool:
+        info = info if info is not None else self.peers.get(peer)
+        return (info is not None and info.linked_once) or self.vouches(peer)
+
+    def _admit(self, peer: str, info: PeerInfo | None, net: str) -> None:
+        """A gossiped heartbeat would make `peer` alive: fine if vouched for, else charged to `net` within
+        the newcomer budget (raises Rejected(CAPACITY) past it)."""
+        if self.vouched(peer, info):
+            self.newcomers.uncharge(peer)
+        else:
+            self.newcomers.admit(peer, net, self._alive)
 
     def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
         if not addrs:
@@ -167,7 +205,10 @@ class Membership:
 
     # ---- inputs
 
-    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat) -> list:
+    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat, via: str | None = None) -> list:
+        """A heartbeat signed by `peer`, gossiped through source network `via` (None: over our link to
+        it, so vouched for). Raises Rejected when it is out of window, stale, of another major, or a
+        newcomer past the budget."""
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
@@ -175,13 +216,24 @@ class Membership:
             else Announced.of(beat)
         self.release.check_major(theirs)  # another major: refused (other-major), never alive here
         peers = self.peers
-        info = peers.get(peer) or self._info(peer)
-        if info is None:
-            return []
-        if beat.seq <= info.last_seq:
+        info = peers.get(peer)
+        if info is not None and beat.seq <= (info.last_seq if via is None else info.gossip_seq):
             # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
+            # Gossiped ones are judged against gossiped ones only: a newer one over the signer's link
+            # (a ping, sent after it) must not stop us forwarding it to peers that have not had it.
             raise Rejected(STALE, f"heartbeat seq {beat.seq} after {info.last_seq}")
+        if via is not None and (info is None or info.state != ALIVE or peer in self.newcomers):
+            self._admit(peer, info, via)  # before an entry is made; and a newcomer vouched for since is none
+        if info is None:
+            info = self._info(peer, room_from_newcomers=peer not in self.newcomers)
+            if info is None:
+                self.newcomers.uncharge(peer)
+                return []
+        if via is not None:
+            info.gossip_seq = beat.seq
+            if beat.seq <= info.last_seq:
+                return []  # its link brought a newer one: forwarded, nothing new to learn
         effects: list = []
         if info.state != ALIVE:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
@@ -207,7 +259,8 @@ class Membership:
     def on_connected(self, peer: str, addrs: tuple[str, ...]) -> None:
         info = self._info(peer, linked=True)
         if info is not None:
-            info.connected, info.dial_failures = True, 0
+            info.connected, info.dial_failures, info.linked_once = True, 0, True
+            self.newcomers.uncharge(peer)
             self._failing.discard(peer)
             self._linked.add(peer)
             self._named.add(peer)
@@ -267,10 +320,7 @@ class Membership:
                     effects.append(Disconnect(peer, "silent"))
                 later.append((info.last_seen + cfg.forget_after, peer, info.last_seen))
             elif info.state == GONE and not info.connected and silent > cfg.forget_after:
-                del peers[peer]
-                self._addressed.discard(peer)
-                self._named.discard(peer)
-                self._failing.discard(peer)
+                self._forget(peer)
             else:  # not quite due (float slack), gone but still linked, or heard of before we stalled: later
                 when = max(info.last_seen, awake_since) + (
                     self.gone_threshold(info) if info.state == ALIVE else cfg.forget_after)
@@ -317,10 +367,15 @@ class Membership:
         (borrowed sizes would otherwise sustain each other forever). A lying minority cannot move the
         median; the interval stays within the schema's bound whatever is declared."""
         cfg = self.config
-        alive = 0
-        for info in self.peers.values():
+        alive = newcomers = 0
+        charged = self.newcomers.charged
+        for peer, info in self.peers.items():
             if info.state == ALIVE:
-                alive += 1
+                if peer in charged:
+                    newcomers += 1
+                else:
+                    alive += 1
+        alive += min(newcomers, alive)  # newcomers count up to the vouched peers' number (swarm/newcomers.py)
         size = alive + 1
         interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
         if uptime < interval:  # still filling our table
@@ -364,12 +419,24 @@ class Membership:
         relays = [p for p in linked if peers[p].roles == RELAY_ONLY]
         return tuple(PeerAddrs(p, peers[p].addrs) for p in rng.sample(relays or linked, self.config.exchange_size))
 
+    def budget_snapshot(self) -> dict:
+        """Our pace and the newcomer budget's use, for status (swarm-node status, the TUI)."""
+        return {"interval": round(self.own_interval, 3), **self.newcomers.snapshot(self._alive)}
+
     def announced(self, peer: str) -> Announced | None:
         info = self.peers.get(peer)
         return None if info is None else info.announced
 
     def alive_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.state == ALIVE)
+
+    def counted_peers(self) -> list[str]:
+        """The alive peers that count for what we decide (our pace, a role's split of the work): every
+        one vouched for, and newcomers up to as many, those heard first first (a flood that comes
+        later does not push out a newcomer that was there before it)."""
+        charged = self.newcomers.charged
+        vouched = [p for p, info in self.peers.items() if info.state == ALIVE and p not in charged]
+        return sorted(vouched + self.newcomers.first_alive(self._alive, len(vouched)))
 
     def connected_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.connected)

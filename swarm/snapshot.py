@@ -26,6 +26,7 @@ def status(core, now: float) -> dict:
         "peers": core.membership.snapshot(now, core.links.judged()),
         "connected": core.membership.connected_peers(),
         "alive": core.membership.alive_peers(),
+        "membership": core.membership.budget_snapshot(),  # our pace, and what newcomers hold (issue 27)
         "tasks": tasks,
         "versions": dict(sorted(core.versions.items())),
         "downloads": core.shards.snapshot(now),
@@ -34,7 +35,7 @@ def status(core, now: float) -> dict:
         "gossip": core.stats.snapshot(),
         # gossip messages by verdict, one count each (the host's validator counters match these)
         "messages": {"accepted": core.intake.accepted, "rejected": dict(sorted(core.intake.rejected.items())),
-                     "excused": core.intake.excused},
+                     "excused": core.intake.excused, "kept": core.intake.kept},
         "stalls": core.stall.snapshot(),  # this node's own pauses (swarm/stall.py)
         "penalties": dict(sorted(ledger.totals_rejected.items())),  # every charge, requests and streams too
         "reputation": ledger.snapshot()["peers"],

@@ -22,6 +22,7 @@ from swarm.commitments import CommitmentBook
 from swarm.io import Ban, Emit
 
 VALIDATOR_QUORUM = 2  # distinct trusted validators whose failed verdicts ban a worker without a trainer's
+PROVEN_KEPT = 4096  # workers with proven work remembered, at most
 OPINIONS_KEPT = 8192  # commitments whose trusted verdicts we remember, at most (per task)
 
 
@@ -37,6 +38,9 @@ class Trust:
         # here), so this follows the book's window of versions rather than filling up to the cap.
         self._opinions: dict[str, OrderedDict[bytes, dict[bytes, tuple[bool, str]]]] = {}
         self._on_banned = None  # the shard exchange, told to stop using a banned peer
+        # Workers a task's trainer or validator passed a check of, least recently proven first: work a
+        # fresh key cannot fake, so membership vouches for them (swarm/membership.py, newcomers).
+        self.proven: OrderedDict[str, None] = OrderedDict()
 
     def on_banned(self, hook) -> None:
         self._on_banned = hook
@@ -105,9 +109,18 @@ class Trust:
             raise Rejected(errors.UNKNOWN_COMMITMENT, f"verdict about {verdict.commitment_id.hex()[:16]}")
         if seen.worker_key != verdict.subject:
             raise Rejected(errors.SCHEMA, "verdict subject is not the signer of the commitment")
+        if verdict.passed and self.trusts_verdicts_of(task, signed.signer):
+            self.prove(seen.worker)
         if not self.trusts_verdicts_of(task, signed.signer) or self.is_trainer_of(task):
             return []  # a trainer bans on its own re-check (swarm/roles/quorum.py), not on others' word
         return self._weigh_verdicts(now, task, seen, verdict, signed.signer)
+
+    def prove(self, worker: str) -> None:
+        """A task's trainer or validator (we, or one whose verdict we heard) passed a check of its work."""
+        self.proven[worker] = None
+        self.proven.move_to_end(worker)
+        if len(self.proven) > PROVEN_KEPT:
+            self.proven.popitem(last=False)
 
     def _weigh_verdicts(self, now: float, task: TaskAnnouncement, seen, verdict: Verdict, key: bytes) -> list:
         """What the trusted verdicts about one commitment prove, so far.

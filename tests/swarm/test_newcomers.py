@@ -1,0 +1,112 @@
+"""The newcomer budget: fresh keys' heartbeats take a bounded part of the table and of our pace
+(swarm/membership.py; issue 27, attack 1), while peers something costly vouches for always get in."""
+
+from __future__ import annotations
+
+import pytest
+
+from gossip import errors
+from gossip.errors import Rejected
+from gossip.messages import StatusHeartbeat
+from swarm.membership import ALIVE, Membership, MembershipConfig
+
+HOUR = 3599.5  # what the attack's fakes declared
+
+
+def beat(now: float, seq: int = 1, interval: float = HOUR, roles=("worker",)) -> StatusHeartbeat:
+    return StatusHeartbeat(seq=seq, sent_at=now, interval=interval, roles=roles, agent="t", listen_addrs=(),
+                           tasks=(), versions={}, known_peers=())
+
+
+def flood(m: Membership, now: float, count: int, net: str, prefix: str = "fake") -> int:
+    """`count` fresh keys heartbeating once each through `net`: how many were refused `capacity`."""
+    refused = 0
+    for i in range(count):
+        try:
+            m.on_heartbeat(now, f"{prefix}{i:05d}", beat(now), via=net)
+        except Rejected as rej:
+            assert rej.reason == errors.CAPACITY, rej
+            refused += 1
+    return refused
+
+
+def honest(m: Membership, now: float, linked: int = 10) -> None:
+    for i in range(linked):
+        peer = f"honest{i:02d}"
+        m.on_connected(peer, (f"/mem/{peer}",))
+        m.on_heartbeat(now, peer, beat(now, interval=2.0), via=None)
+
+
+def test_a_flood_from_one_network_gets_a_bounded_share_and_cannot_stretch_our_interval():
+    cfg = MembershipConfig()
+    m = Membership("self", cfg)
+    honest(m, 100.0)
+    before = m.pace()[0]
+    refused = flood(m, 100.0, 1116, "10.9.9.0/24")  # the issue's count, all from the attacker's network
+    alive = [p for p, i in m.peers.items() if i.state == ALIVE and p.startswith("fake")]
+    assert len(alive) == cfg.newcomers_per_net and refused == 1116 - cfg.newcomers_per_net
+    # our interval: newcomers count up to the vouched peers' number, so at most doubled
+    interval, size = m.pace()
+    assert size == 2 * 10 + 1 and interval <= max(cfg.heartbeat_interval, 2 * before)
+    assert m.newcomers.refused == refused
+
+
+def test_many_networks_fill_only_the_newcomers_part_and_the_table_keeps_room_for_the_vouched():
+    cfg = MembershipConfig(max_peers=300, newcomers=100, newcomers_per_net=20)
+    m = Membership("self", cfg)
+    refused = sum(flood(m, 50.0, 40, f"10.{n}.0.0/24", prefix=f"n{n}-") for n in range(20))
+    assert sum(1 for i in m.peers.values() if i.state == ALIVE) == 100 and refused == 800 - 100
+    # a peer a task names (the core's word) gets in past the budget, and so does a linked one
+    m.vouches = lambda peer: peer == "trainer"
+    m.on_heartbeat(51.0, "trainer", beat(51.0), via="10.0.0.0/24")
+    m.on_connected("neighbour", ("/mem/neighbour",))
+    assert m.peers["trainer"].state == ALIVE and m.peers["neighbour"].connected
+    # ... even when the table is full of live newcomers: one of them makes room
+    full = Membership("self", MembershipConfig(max_peers=50, newcomers=50, newcomers_per_net=50))
+    full.vouches = lambda peer: peer == "trainer"
+    flood(full, 50.0, 50, "10.1.0.0/24")
+    assert len(full.peers) == 50
+    full.on_heartbeat(51.0, "trainer", beat(51.0), via="10.1.0.0/24")
+    assert full.peers["trainer"].state == ALIVE and len(full.peers) == 50
+
+
+def test_gone_newcomers_free_their_place_and_proven_ones_stop_counting_as_newcomers():
+    cfg = MembershipConfig(newcomers=10, newcomers_per_net=10, gone_after=5.0)
+    m = Membership("self", cfg)
+    honest(m, 0.0, linked=1)
+    assert flood(m, 0.0, 10, "net-a") == 0 and flood(m, 0.0, 1, "net-a", prefix="late") == 1
+    # the fakes fall silent: gone after at most 4 of our own intervals, and their places are free again
+    m.sweep(4 * m.pace()[0] * cfg.gone_factor + 2.0)
+    now = 200.0
+    assert flood(m, now, 1, "net-a", prefix="late") == 0
+    # a newcomer whose work a trusted checker passed (the core's `vouches`) is no newcomer any more
+    m.vouches = lambda peer: peer == "late00000"
+    m.on_heartbeat(now + 1, "late00000", beat(now + 1, seq=2), via="net-a")
+    assert "late00000" not in m.newcomers
+
+
+def test_a_gossiped_heartbeat_older_than_one_its_link_brought_is_still_forwarded():
+    """A ping carries a heartbeat signed after the gossiped one; the gossiped one, arriving later, must
+    be accepted (so forwarded to the peers that have not had it) without rolling our entry back."""
+    m = Membership("self", MembershipConfig())
+    m.on_connected("n", ("/mem/n",))
+    m.on_heartbeat(10.0, "n", beat(10.0, seq=5, interval=2.0, roles=("trainer",)), via=None)  # over the link
+    assert m.on_heartbeat(10.1, "n", beat(9.9, seq=4, interval=2.0, roles=("worker",)), via="n") == []
+    assert m.peers["n"].roles == ("trainer",) and m.peers["n"].last_seq == 5
+    with pytest.raises(Rejected) as stale:  # the same gossiped one again, or an older one: stale
+        m.on_heartbeat(10.2, "n", beat(9.8, seq=4, interval=2.0), via="n")
+    assert stale.value.reason == errors.STALE
+    with pytest.raises(Rejected):  # and a link's older one is stale against the link's newest
+        m.on_heartbeat(10.3, "n", beat(9.9, seq=4, interval=2.0), via=None)
+
+
+def test_a_role_counts_newcomers_up_to_the_vouched_number_those_heard_first_first():
+    """A worker's split of a step (RoleContext.alive_with_role) reads `counted_peers`: a flood of fake
+    workers after an honest newcomer neither pushes it out nor more than doubles the count."""
+    m = Membership("self", MembershipConfig())
+    honest(m, 0.0, linked=3)
+    m.on_heartbeat(1.0, "early-worker", beat(1.0), via="net-b")  # a newcomer, before the flood
+    flood(m, 2.0, 200, "net-a")
+    counted = m.counted_peers()
+    assert "early-worker" in counted and len(counted) == 2 * 3
+    assert sum(1 for p in counted if p.startswith("fake")) == 2  # the rest of the vouched number
