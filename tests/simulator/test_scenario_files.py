@@ -29,6 +29,7 @@ def test_every_shipped_scenario_loads():
     assert load("scale").total_peers == 1000 and load("scale").duration == 3600
     big = load("scale-10k")  # run by hand (about 10 minutes here): docs/benchmarks.md
     assert big.total_peers == 10000 and big.duration >= 1800 and big.churn.replace_fraction > 0
+    assert "heartbeat-flood" in {g.adversary for g in big.peers}  # issue 27: the membership flood runs in it
     assert load("churn").total_peers == 100 and load("churn").churn.replace_fraction == 0.3
     assert {spec.mode for spec in load("learning").jobs.values()} == {"real"}
 
