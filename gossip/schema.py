@@ -124,13 +124,41 @@ def _default(cls: type, index: int) -> Any:
     return fl.default if fl.default_factory is dataclasses.MISSING else fl.default_factory()
 
 
+# typing's introspection of a hint, cached by hint: every field of every message is checked on each
+# construction and decode, and get_origin/get_args/_is_optional were 10% of a 3,000-peer simulation's CPU.
+_OPTIONAL: dict[Any, tuple[bool, Any]] = {}
+_ORIGIN: dict[Any, Any] = {}
+_ARGS: dict[Any, tuple] = {}
+
+
+def _origin(hint: Any) -> Any:
+    try:
+        return _ORIGIN[hint]
+    except KeyError:
+        origin = _ORIGIN[hint] = typing.get_origin(hint)
+        return origin
+
+
+def _args(hint: Any) -> tuple:
+    try:
+        return _ARGS[hint]
+    except KeyError:
+        args = _ARGS[hint] = typing.get_args(hint)
+        return args
+
+
 def _is_optional(hint: Any) -> tuple[bool, Any]:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(hint)) == 2:
-            return True, args[0]
-    return False, hint
+    try:
+        return _OPTIONAL[hint]
+    except KeyError:
+        pass
+    found: tuple[bool, Any] = (False, hint)
+    if _origin(hint) in (Union, types.UnionType):
+        args = [a for a in _args(hint) if a is not type(None)]
+        if len(args) == 1 and len(_args(hint)) == 2:
+            found = (True, args[0])
+    _OPTIONAL[hint] = found
+    return found
 
 
 def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
@@ -173,9 +201,9 @@ def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
             raise ValueError(f"{where}: expected {hint.__name__}, got {type(value).__name__}")
         _check_length(len(value), meta, where)
         return value
-    origin = typing.get_origin(hint)
+    origin = _origin(hint)
     if origin is tuple:
-        args = typing.get_args(hint)
+        args = _args(hint)
         if not isinstance(value, (tuple, list)):
             raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
@@ -187,7 +215,7 @@ def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
             raise ValueError(f"{where}: expected {len(args)} items, got {len(value)}")
         return tuple(_check(v, a, {}, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if origin is dict:
-        key_hint, value_hint = typing.get_args(hint)
+        key_hint, value_hint = _args(hint)
         if not isinstance(value, (dict, types.MappingProxyType)):
             raise ValueError(f"{where}: expected a map, got {type(value).__name__}")
         if meta.get("max") is not None and len(value) > meta["max"]:
@@ -234,15 +262,15 @@ def _from_wire(value: Any, hint: Any, where: str) -> Any:
     optional, inner = _is_optional(hint)
     if value is None:
         return None
-    origin = typing.get_origin(inner)
+    origin = _origin(inner)
     if isinstance(inner, type) and issubclass(inner, Struct):
         return inner.from_wire(value)
     if origin is tuple and isinstance(value, (list, tuple)):
-        args = typing.get_args(inner)
+        args = _args(inner)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_from_wire(v, args[0], where) for v in value)
         return tuple(_from_wire(v, a, where) for v, a in zip(value, args)) if len(value) == len(args) else value
     if origin is dict and isinstance(value, dict):
-        _, value_hint = typing.get_args(inner)
+        _, value_hint = _args(inner)
         return {k: _from_wire(v, value_hint, where) for k, v in value.items()}
     return value

@@ -65,6 +65,7 @@ class PeerInfo:
     next_dial: float = 0.0
     announced: Announced | None = None  # what its last heartbeat said it speaks (gossip/release.py)
     linked_once: bool = False  # we held a link to it (vouched for: its connection passed our address limits)
+    exchange_entry: PeerAddrs | None = None  # how our peer exchange names it (built once per addresses)
 
     def as_dict(self, now: float, heard_on_link: float | None = None) -> dict:
         """`last_seen_ago` counts from whichever is later: our last heartbeat from it, or (a linked peer)
@@ -120,10 +121,6 @@ class Membership:
         # entry whose last_seen is no longer the peer's is stale (a newer one was pushed).
         self._due: list[tuple[float, str, float]] = []
         self._linked: set[str] = set()  # peers with info.connected
-        # Peers whose addresses we hold (and ourselves, whose we never learn): a heartbeat's peer exchange
-        # names nobody outside it in the common case, and one C-level subset test says so. At 1,000
-        # peers the per-entry loop it replaces was 5% of the simulator's run time.
-        self._addressed: set[str] = {self_id}
         # Peers a neighbour named to us (peer exchange) or we held a link to: what `maintain` dials. Not a
         # gossiped heartbeat's sender: that reaches the whole swarm, and if it made its sender everyone's
         # dial target, the few peers that gossip (a task's members: relays gossip none) took every relay's
@@ -166,7 +163,6 @@ class Membership:
 
     def _forget(self, peer: str) -> None:
         del self.peers[peer]
-        self._addressed.discard(peer)
         self._named.discard(peer)
         self._failing.discard(peer)
         self.newcomers.uncharge(peer)
@@ -200,7 +196,6 @@ class Membership:
             # failed: the peer may have moved, or (behind NAT) be reachable only by a relay's circuit
             # address it took since its heartbeat reached us. A relay's heartbeat goes to its links only.
             info.addrs = tuple(addrs)[:4]
-            self._addressed.add(peer)
         self._named.add(peer)
 
     # ---- inputs
@@ -248,7 +243,6 @@ class Membership:
             info.versions = dict(beat.versions)
         if beat.listen_addrs:
             info.addrs = beat.listen_addrs[:4]
-            self._addressed.add(peer)
         heapq.heappush(self._due, (now + self.gone_threshold(info), peer, now))
         if not beat.known_ids <= self._named or not self._failing.isdisjoint(beat.known_ids):  # else nothing to learn
             for known in beat.known_peers:
@@ -417,7 +411,7 @@ class Membership:
         peers = self.peers
         linked = [p for p in sorted(self._linked) if p in peers and peers[p].addrs]
         relays = [p for p in linked if peers[p].roles == RELAY_ONLY]
-        return tuple(PeerAddrs(p, peers[p].addrs) for p in rng.sample(relays or linked, self.config.exchange_size))
+        return tuple(_exchange_entry(peers[p]) for p in rng.sample(relays or linked, self.config.exchange_size))
 
     def budget_snapshot(self) -> dict:
         """Our pace and the newcomer budget's use, for status (swarm-node status, the TUI)."""
@@ -444,3 +438,12 @@ class Membership:
     def snapshot(self, now: float, on_link: Mapping[str, float] | None = None) -> list[dict]:
         on_link = on_link or {}
         return [self.peers[p].as_dict(now, on_link.get(p)) for p in sorted(self.peers)]
+
+
+def _exchange_entry(info: PeerInfo) -> PeerAddrs:
+    """The peer exchange entry for `info`, kept while its addresses stay: a link heartbeat names up to 8
+    neighbours, and building (and checking) each entry anew was most of what making one cost."""
+    entry = info.exchange_entry
+    if entry is None or entry.addrs != info.addrs:
+        entry = info.exchange_entry = PeerAddrs(info.peer_id, info.addrs)
+    return entry
