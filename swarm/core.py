@@ -115,8 +115,7 @@ class PeerCore:
         self.pending = Pending()
         self.chains = Chains()  # per task: which trainer's chain this peer follows (swarm/forkchoice.py)
         self.trust = Trust(self.peer_id, identity.public_key, "trainer" in config.roles, self.ledger)
-        proven = self.trust.proven
-        self.membership.vouches = lambda peer: peer in proven or self.tasks.names(peer)
+        self.membership.vouches = self._vouches
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         if envelope_memo is not None and envelope_memo.kinds != release.kinds:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
@@ -313,6 +312,14 @@ class PeerCore:
         if gossip:  # a ping's heartbeat is not a gossip delivery (the latency figures are gossip's)
             self.stats.on_delivered("status", now - message.sent_at)
         return effects + self.sync.ask(now, message.tasks, signer, forwarder)
+
+    def _vouches(self, peer: str) -> bool:
+        """Something costly stands behind `peer` (swarm/membership.py): a trusted checker passed its work,
+        or it trains or validates a task one of our roles works on."""
+        if peer in self.trust.proven:
+            return True
+        worked = frozenset(task_id for role in self.roles for task_id in getattr(role, "tasks", ()))
+        return bool(worked) and self.tasks.names(peer, worked)
 
     def _relays(self, signer: str, beat: StatusHeartbeat) -> bool:
         """Relay a gossiped heartbeat only if its signer is vouched for (linked to us: the first hop of

@@ -14,7 +14,7 @@ as alive while the link does, heartbeat or not (`sweep(on_link=...)`).
 
 Keys cost nothing, so a heartbeat alone earns a live entry only within a budget (swarm/newcomers.py).
 A peer is *vouched* for when something costly stands behind it: we hold or held a link to it (its
-connection passed the per-address and per-network limits), a task we hold names it as a trainer or
+connection passed the per-address and per-network limits), a task our roles work on names it as a trainer or
 validator, or a trusted checker passed its work (`vouches`, the core's word). Any other peer is a
 newcomer, and newcomers count toward our pace only up to the vouched peers' number.
 

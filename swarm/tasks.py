@@ -79,7 +79,7 @@ class TaskBook:
         self.tasks: dict[str, KnownTask] = {}
         self._manifest_at: dict[str, float] = {}  # task id -> when a manifest by one of its trainers came
         self._sync_pending: dict[str, float] = {}  # task id -> when we may ask again
-        self._named: frozenset[str] | None = None  # the peers our tasks name (cache, None: to rebuild)
+        self._named: dict[frozenset[str], frozenset[str]] = {}  # task ids -> the peers they name (cache)
 
     def add(self, now: float, signed: SignedMessage, own: bool = False, via: str = "") -> list:
         """Store a verified task announcement that came through source network `via`; raises Rejected
@@ -116,7 +116,7 @@ class TaskBook:
                 raise Rejected(CAPACITY, f"already following {self.max_tasks} tasks, all with a live trainer")
             effects += self._drop(victim, "task-evicted")
         self.tasks[task_id] = KnownTask(task, signed, now, own, "" if own else via)
-        self._named = None
+        self._named.clear()
         return effects + [Subscribe(t) for t in topics.task_topics(task_id)] + [
             Emit("task-learned", {"task_id": task_id, "name": task.name})]
 
@@ -148,16 +148,20 @@ class TaskBook:
             return ranked[0][1]
         return None
 
-    def names(self, peer: str) -> bool:
-        """Does a task we hold name `peer` as a trainer or validator? (membership vouches for them)"""
-        if self._named is None:
-            self._named = frozenset(peer_id_from_public_key(key) for k in self.tasks.values()
-                                    for key in (*k.task.trainer_keys, *k.task.validator_keys))
-        return peer in self._named
+    def names(self, peer: str, among: frozenset[str]) -> bool:
+        """Does one of the tasks `among` that we hold name `peer` as a trainer or validator? Membership
+        vouches for those of the tasks our roles work on: not of every task we hold, since an announcer's
+        key is free too, and 32 junk tasks could name a thousand keys."""
+        named = self._named.get(among)
+        if named is None:
+            named = self._named[among] = frozenset(
+                peer_id_from_public_key(key) for task_id in among if (k := self.tasks.get(task_id)) is not None
+                for key in (*k.task.trainer_keys, *k.task.validator_keys))
+        return peer in named
 
     def _drop(self, task_id: str, event: str) -> list:
         del self.tasks[task_id]
-        self._named = None
+        self._named.clear()
         self._manifest_at.pop(task_id, None)
         return [Unsubscribe(t) for t in topics.task_topics(task_id)] + [Emit(event, {"task_id": task_id})]
 

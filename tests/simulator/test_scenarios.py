@@ -52,13 +52,14 @@ PINNED = {
     # split of the work only up to the vouched peers' number, a heartbeat nothing vouches for that names
     # no task we hold is kept, not relayed, and a gossiped heartbeat is judged stale against gossiped
     # ones only (a newer one over its link had stopped it being relayed: trainer-failover missed 40
-    # deliveries once the pace moved). Rollouts trained: smoke 28 -> 28, adversarial 64 -> 68,
+    # deliveries once the pace moved); a task vouches for its trainers and validators only at peers whose
+    # roles work on it (32 junk tasks could name a thousand keys). Rollouts trained: smoke 28 -> 28, adversarial 64 -> 68,
     # churn-compressed 28 -> 28, trainer-failover 308 -> 312, scaling 140 -> 139. Was: smoke 39526bcf...,
     # adversarial c5be121a..., churn-compressed 135247c6..., trainer-failover 2d959ff2..., scaling 3f230407...
     "smoke": "45ba7213c3694648f063c7ea6d6bbcacf7daf6f386cd9c9f768850be921552f9",
-    "adversarial": "ce41579a35c0798e56b6cc41b4672f9db0a4713d4e2e0c4b9b1f02d24cfac73d",
-    "churn-compressed": "2a6d3f53947610549a39337197645cf37c2eb42ce3f10a28587f9078509d19d0",
-    "trainer-failover": "28a619522f8ae02a2131bc6f7753bcb09dbb624239b87ed6f59d5803b44eda56",
+    "adversarial": "1eddbc896ea9d74d3c77e41d623b2961fd6bd796f0890844ca2d6467754599ab",
+    "churn-compressed": "e9e899d8da46e4f18d725418fe3518be95afe043141ffca5a5c23c0fef441527",
+    "trainer-failover": "ab79e843429da50eb31324b5678c3e9919e8da5b4829e9825808eed4740b92d0",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was

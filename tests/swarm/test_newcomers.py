@@ -7,8 +7,14 @@ import pytest
 
 from gossip import errors
 from gossip.errors import Rejected
+from gossip.identity import Identity
 from gossip.messages import StatusHeartbeat
+from swarm.core import CoreConfig, PeerCore
+from swarm.io import LocalCommand
 from swarm.membership import ALIVE, Membership, MembershipConfig
+from tests.samples import T0, task
+from tests.swarm.harness import MemoryNet
+from tests.swarm.test_roles import fake_jobs
 
 HOUR = 3599.5  # what the attack's fakes declared
 
@@ -110,3 +116,26 @@ def test_a_role_counts_newcomers_up_to_the_vouched_number_those_heard_first_firs
     counted = m.counted_peers()
     assert "early-worker" in counted and len(counted) == 2 * 3
     assert sum(1 for p in counted if p.startswith("fake")) == 2  # the rest of the vouched number
+
+
+def test_a_task_vouches_for_its_trainer_only_where_a_role_works_on_it():
+    """Announcers' keys are free, so holding a task does not make its named keys costly; working on it
+    does (the worker needs its trainer counted and its heartbeats relayed). A relay holds the task and
+    still relays the trainer's heartbeats, because they name it."""
+    trainer = PeerCore(Identity(b"\x01" * 32), CoreConfig(roles=("trainer",)), seed=1)
+    relay = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("relay",)), seed=2)
+    worker = PeerCore(Identity(b"\x03" * 32), CoreConfig(roles=("worker",)), seed=3)
+    net = MemoryNet([trainer, relay, worker], T0)
+    net.jobs = fake_jobs
+    net.start()
+    net.connect(trainer.peer_id, relay.peer_id)
+    net.connect(relay.peer_id, worker.peer_id)  # the worker reaches the trainer only through the relay
+    net.run_for(3)
+    t = task(trainer_keys=(trainer.identity.public_key,),
+             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    net.run_for(60)
+    assert t.task_id in relay.tasks.tasks and t.task_id in worker.tasks.tasks
+    assert not relay._vouches(trainer.peer_id) and worker._vouches(trainer.peer_id)
+    assert trainer.peer_id in worker.membership.alive_peers()  # relayed: its heartbeats name the task
+    assert trainer.peer_id in worker.membership.counted_peers()
