@@ -38,6 +38,7 @@ from swarm.io import (Ban, DialFailed, DropBlobs, Emit, JobFinished, LocalComman
                       PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
                       ShardsPresent, Started, StreamAbuse, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
+from swarm.newcomers import NoRoom
 from swarm.pings import Pings
 from swarm.roles.base import Role
 from swarm.roles.mirror import LeechRole, MirrorRole
@@ -303,7 +304,10 @@ class PeerCore:
     def _on_heartbeat(self, now: float, message: StatusHeartbeat, signer: str, forwarder: str,
                       gossip: bool = True, via: str | None = None) -> list:
         """`via`: the source network a gossiped heartbeat came through (None: over the signer's link)."""
-        effects = self.membership.on_heartbeat(now, signer, message, via)
+        try:
+            effects = self.membership.on_heartbeat(now, signer, message, via)
+        except NoRoom:  # past the newcomer budget: no entry, yet relayed if it may be of use (swarm/newcomers.py)
+            return [] if self._names_held_task(message) else [KEPT]
         if via is not None and not self._relays(signer, message):
             effects.insert(0, KEPT)
         if self._pace is None and message.peers and "heartbeat" in self.timers:
@@ -326,8 +330,9 @@ class PeerCore:
         every heartbeat; named by a task; proven work) or it names a task we hold: someone must be able to
         use it. Anything else stops here: a fresh key's heartbeat reaches the neighbours of whoever
         signed it, and no further (swarm/membership.py, newcomers; issue 27, attack 1)."""
-        if self.membership.vouched(signer):
-            return True
+        return self.membership.vouched(signer) or self._names_held_task(beat)
+
+    def _names_held_task(self, beat: StatusHeartbeat) -> bool:
         held = self.tasks.tasks
         return any(t in held for t in beat.tasks)
 

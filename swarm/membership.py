@@ -175,7 +175,7 @@ class Membership:
 
     def _admit(self, peer: str, info: PeerInfo | None, net: str) -> None:
         """A gossiped heartbeat would make `peer` alive: fine if vouched for, else charged to `net` within
-        the newcomer budget (raises Rejected(CAPACITY) past it)."""
+        the newcomer budget (raises NoRoom past it)."""
         if self.vouched(peer, info):
             self.newcomers.uncharge(peer)
         else:
@@ -202,8 +202,8 @@ class Membership:
 
     def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat, via: str | None = None) -> list:
         """A heartbeat signed by `peer`, gossiped through source network `via` (None: over our link to
-        it, so vouched for). Raises Rejected when it is out of window, stale, of another major, or a
-        newcomer past the budget."""
+        it, so vouched for). Raises Rejected when it is out of window, stale or of another major, and
+        NoRoom (swarm/newcomers.py) for a newcomer past the budget."""
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
@@ -359,21 +359,19 @@ class Membership:
         median comes from those whose estimate rests on something. Only newcomers borrow: a settled
         peer's estimate is its own count, so the swarm's estimate follows it down when peers leave
         (borrowed sizes would otherwise sustain each other forever). A lying minority cannot move the
-        median; the interval stays within the schema's bound whatever is declared."""
+        median, and newcomers' declarations are not in it (fresh keys declaring 1,000 peers made a
+        trainer's first interval an hour); the interval stays within the schema's bound whatever is
+        declared."""
         cfg = self.config
-        alive = newcomers = 0
         charged = self.newcomers.charged
-        for peer, info in self.peers.items():
-            if info.state == ALIVE:
-                if peer in charged:
-                    newcomers += 1
-                else:
-                    alive += 1
+        newcomers = self.newcomers.alive_count(self._alive)
+        alive = sum(1 for info in self.peers.values() if info.state == ALIVE) - newcomers
         alive += min(newcomers, alive)  # newcomers count up to the vouched peers' number (swarm/newcomers.py)
         size = alive + 1
         interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
         if uptime < interval:  # still filling our table
-            declared = sorted(p.swarm for p in self.peers.values() if p.state == ALIVE and p.swarm > 0)
+            declared = sorted(p.swarm for p in self.peers.values() if p.state == ALIVE and p.swarm > 0
+                              and p.peer_id not in charged)  # newcomers' word is free: not theirs
             if declared:
                 size = max(size, declared[len(declared) // 2])
                 interval = max(cfg.heartbeat_interval, size / cfg.status_budget)

@@ -5,8 +5,11 @@ gossiped heartbeat earns a live entry only within a budget. A peer is *vouched* 
 costly stands behind it (swarm/membership.py `vouched`: a link, a task naming it, proven work); any
 other peer is a newcomer, charged to the source network its heartbeat came through (the forwarder's
 /24 or /48, or the forwarder itself where the runtime cannot tell): at most `per_net` of them alive
-per network and `total` in all, past which its heartbeat is refused `capacity` (unpenalised: an
-honest forwarder may carry it). Newcomers then count for what we decide (our pace, a role's split of
+per network and `total` in all. Past that a heartbeat makes no entry (`NoRoom`), but it is not refused:
+gossip judges a message at its first arrival only, so an attacker that relays honest heartbeats to us
+before anyone else would have them dropped here for good (a 1,000-peer run lost every trainer's
+heartbeat that way and trained nothing). The core relays it if it names a task we hold, and keeps it
+otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count for what we decide (our pace, a role's split of
 the work) only up to the vouched peers' number, those charged first first (`first_alive`): a flood
 can at most double our interval, and does not push out a newcomer that was there before it.
 """
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gossip.errors import CAPACITY, Rejected
+class NoRoom(Exception):
+    """The budget is spent: the heartbeat makes no entry (the message says which part)."""
 
 
 class Newcomers:
@@ -29,16 +33,16 @@ class Newcomers:
         return peer in self.charged
 
     def admit(self, peer: str, net: str, alive: Callable[[str], bool]) -> None:
-        """Charge `peer` to `net`, or raise Rejected(CAPACITY) when the budget is spent. `alive(p)`: is
+        """Charge `peer` to `net`, or raise NoRoom when the budget is spent. `alive(p)`: is
         newcomer p alive now (a gone one holds no place)."""
         if peer in self.charged:
             return  # already charged: an old newcomer's entry, back alive
         if sum(1 for p in self.by_net.get(net, ()) if alive(p)) >= self.per_net:
             self.refused += 1
-            raise Rejected(CAPACITY, f"{self.per_net} peers nothing vouches for came through {net} and are alive here")
+            raise NoRoom(f"{self.per_net} peers nothing vouches for came through {net} and are alive here")
         if len(self.charged) >= self.total and self.alive_count(alive) >= self.total:
             self.refused += 1
-            raise Rejected(CAPACITY, f"{self.total} peers nothing vouches for are alive here")
+            raise NoRoom(f"{self.total} peers nothing vouches for are alive here")
         self.charged[peer] = net
         self.by_net.setdefault(net, set()).add(peer)
 

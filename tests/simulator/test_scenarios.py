@@ -53,13 +53,15 @@ PINNED = {
     # no task we hold is kept, not relayed, and a gossiped heartbeat is judged stale against gossiped
     # ones only (a newer one over its link had stopped it being relayed: trainer-failover missed 40
     # deliveries once the pace moved); a task vouches for its trainers and validators only at peers whose
-    # roles work on it (32 junk tasks could name a thousand keys). Rollouts trained: smoke 28 -> 28, adversarial 64 -> 68,
-    # churn-compressed 28 -> 28, trainer-failover 308 -> 312, scaling 140 -> 139. Was: smoke 39526bcf...,
-    # adversarial c5be121a..., churn-compressed 135247c6..., trainer-failover 2d959ff2..., scaling 3f230407...
+    # roles work on it (32 junk tasks could name a thousand keys); a newcomer's declared swarm size is not
+    # borrowed (a flood declaring 1,000 peers made a trainer's first interval an hour). Rollouts trained:
+    # smoke 28 -> 28, adversarial 64 -> 64, churn-compressed 28 -> 28, trainer-failover 308 -> 308,
+    # scaling 140 -> 139. Was: smoke 39526bcf..., adversarial c5be121a..., churn-compressed 135247c6...,
+    # trainer-failover 2d959ff2..., scaling 3f230407...
     "smoke": "45ba7213c3694648f063c7ea6d6bbcacf7daf6f386cd9c9f768850be921552f9",
-    "adversarial": "1eddbc896ea9d74d3c77e41d623b2961fd6bd796f0890844ca2d6467754599ab",
-    "churn-compressed": "e9e899d8da46e4f18d725418fe3518be95afe043141ffca5a5c23c0fef441527",
-    "trainer-failover": "ab79e843429da50eb31324b5678c3e9919e8da5b4829e9825808eed4740b92d0",
+    "adversarial": "11cc8b77cf1ed9f337487f53a9bf0bcd7d46d525517e1b11e553f3b27526eb49",
+    "churn-compressed": "6eb3b39345e64c01f736833786aecce1e0ca2c50b4d6611843f5e34ca8035aad",
+    "trainer-failover": "f3bfc54641f30bc91bf21074b12c7f46c0688abcc29d73a0b825e3a938452f33",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was

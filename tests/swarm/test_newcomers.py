@@ -6,13 +6,16 @@ from __future__ import annotations
 import pytest
 
 from gossip import errors
+from gossip import topics
+from gossip.envelope import seal
 from gossip.errors import Rejected
 from gossip.identity import Identity
 from gossip.messages import StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import LocalCommand
+from swarm.io import LocalCommand, MessageReceived
 from swarm.membership import ALIVE, Membership, MembershipConfig
-from tests.samples import T0, task
+from swarm.newcomers import NoRoom
+from tests.samples import ALICE, T0, task
 from tests.swarm.harness import MemoryNet
 from tests.swarm.test_roles import fake_jobs
 
@@ -25,13 +28,12 @@ def beat(now: float, seq: int = 1, interval: float = HOUR, roles=("worker",)) ->
 
 
 def flood(m: Membership, now: float, count: int, net: str, prefix: str = "fake") -> int:
-    """`count` fresh keys heartbeating once each through `net`: how many were refused `capacity`."""
+    """`count` fresh keys heartbeating once each through `net`: how many found no room."""
     refused = 0
     for i in range(count):
         try:
             m.on_heartbeat(now, f"{prefix}{i:05d}", beat(now), via=net)
-        except Rejected as rej:
-            assert rej.reason == errors.CAPACITY, rej
+        except NoRoom:
             refused += 1
     return refused
 
@@ -139,3 +141,22 @@ def test_a_task_vouches_for_its_trainer_only_where_a_role_works_on_it():
     assert not relay._vouches(trainer.peer_id) and worker._vouches(trainer.peer_id)
     assert trainer.peer_id in worker.membership.alive_peers()  # relayed: its heartbeats name the task
     assert trainer.peer_id in worker.membership.counted_peers()
+
+
+def test_a_heartbeat_past_the_budget_is_still_relayed_when_it_names_a_task_we_hold():
+    """Gossip judges a message at its first arrival only: a flooder that relays an honest trainer's
+    heartbeat to us first must not get it dropped here for good. Past the budget it makes no entry,
+    and is relayed if it names a task we hold, kept otherwise."""
+    relay = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("relay",)), seed=2)
+    t = task()
+    relay.tasks.add(T0, seal(ALICE, t))
+    relay.membership.newcomers.per_net = 0  # the flooder's network has spent its budget
+    verdicts = {}
+    for name, tasks in (("names", (t.task_id,)), ("none", ())):
+        key = Identity(bytes([len(verdicts) + 7]) * 32)
+        beat_ = StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=("trainer",), agent="t", listen_addrs=(),
+                                tasks=tasks, versions={}, known_peers=(), peers=0)
+        out = relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))
+        verdicts[name] = out[0]
+        assert key.peer_id not in relay.membership.peers  # no entry either way
+    assert verdicts["names"].accepted and not verdicts["none"].accepted and verdicts["none"].reason == errors.KEPT
