@@ -13,6 +13,7 @@ every container) are a page of code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -126,39 +127,17 @@ def _default(cls: type, index: int) -> Any:
 
 # typing's introspection of a hint, cached by hint: every field of every message is checked on each
 # construction and decode, and get_origin/get_args/_is_optional were 10% of a 3,000-peer simulation's CPU.
-_OPTIONAL: dict[Any, tuple[bool, Any]] = {}
-_ORIGIN: dict[Any, Any] = {}
-_ARGS: dict[Any, tuple] = {}
+_origin = functools.cache(typing.get_origin)
+_args = functools.cache(typing.get_args)
 
 
-def _origin(hint: Any) -> Any:
-    try:
-        return _ORIGIN[hint]
-    except KeyError:
-        origin = _ORIGIN[hint] = typing.get_origin(hint)
-        return origin
-
-
-def _args(hint: Any) -> tuple:
-    try:
-        return _ARGS[hint]
-    except KeyError:
-        args = _ARGS[hint] = typing.get_args(hint)
-        return args
-
-
+@functools.cache
 def _is_optional(hint: Any) -> tuple[bool, Any]:
-    try:
-        return _OPTIONAL[hint]
-    except KeyError:
-        pass
-    found: tuple[bool, Any] = (False, hint)
     if _origin(hint) in (Union, types.UnionType):
         args = [a for a in _args(hint) if a is not type(None)]
         if len(args) == 1 and len(_args(hint)) == 2:
-            found = (True, args[0])
-    _OPTIONAL[hint] = found
-    return found
+            return True, args[0]
+    return False, hint
 
 
 def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
