@@ -138,6 +138,14 @@ def _message_metrics(m: _Families, snap: dict) -> None:
         m.counter("messages_rejected_total", "Gossip messages rejected, by reason.", count, reason=reason)
     m.counter("messages_excused_total", "Rejections not charged to the sender: the backlog after a stall of "
               "this node's own.", messages.get("excused"))
+    m.counter("messages_kept_total", "Gossip messages taken but not relayed: heartbeats nothing vouches for.",
+              messages.get("kept"))
+    membership = _dict(snap.get("membership"))
+    m.gauge("heartbeat_interval_seconds", "This node's heartbeat interval (its pace).", membership.get("interval"))
+    m.gauge("newcomers_alive", "Alive peers nothing vouches for (the newcomer budget's use).",
+            membership.get("newcomers_alive"))
+    m.counter("newcomers_refused_total", "Heartbeats of newcomers that found no room in the budget.",
+              membership.get("refused_newcomers"))
     stalls = _dict(snap.get("stalls"))
     m.counter("stalls_total", "Times this node was not running for over 5 s (its timers fired that late).",
               stalls.get("stalls"))

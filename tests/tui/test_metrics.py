@@ -43,6 +43,9 @@ def test_metrics_match_a_real_snapshot():
     assert got["swarm_messages_accepted_total"] == snap["messages"]["accepted"]
     assert got['swarm_messages_rejected_total{reason="malformed"}'] == snap["messages"]["rejected"]["malformed"]
     assert got['swarm_peers{state="alive"}'] == len(snap["alive"])
+    assert got["swarm_messages_kept_total"] == snap["messages"]["kept"]
+    assert got["swarm_heartbeat_interval_seconds"] == snap["membership"]["interval"] > 0
+    assert got["swarm_newcomers_alive"] == snap["membership"]["newcomers_alive"]
     assert got["swarm_peers_connected"] == len(snap["connected"])
     assert got["swarm_peers_banned"] == 1
     assert got[f'swarm_policy_version{{task="{tid}"}}'] == snap["versions"][tid]
