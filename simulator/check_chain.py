@@ -29,17 +29,21 @@ class OneChain(Check):
         self.bound: dict[str, float] = {}
         self.heals: list[float] = []
         self.starts: dict[int, float] = {}
+        self.keys_of: dict[int, list] = {}  # peer -> its keys of `switches`, in insertion order
 
     def feed(self, t, peer, kind, f):
         if kind == "heal":
             self.heals.append(t)
         elif kind == "start":
             self.starts[peer] = t
-            for key in [k for k in self.switches if k[0] == peer]:
+            for key in self.keys_of.get(peer, ()):
                 self.switches[key].append((t, None))  # a new incarnation knows no head yet
         elif kind in ("emit.chain-switched", "emit.trainer-takeover", "emit.version-published"):
             # a trainer's own chain is its head: it hears no manifest of its own
-            seen, head = self.switches.setdefault((peer, f["task_id"]), []), (int(f.get("term", 0)), int(f.get("rank", 0)))
+            key = (peer, f["task_id"])
+            if key not in self.switches:
+                self.keys_of.setdefault(peer, []).append(key)
+            seen, head = self.switches.setdefault(key, []), (int(f.get("term", 0)), int(f.get("rank", 0)))
             if not seen or seen[-1][1] != head:
                 seen.append((t, head))
         else:

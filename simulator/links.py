@@ -9,6 +9,8 @@ bootstrap list, and again `REJOIN_AFTER` s after it loses its last link.
 
 from __future__ import annotations
 
+import bisect
+
 from typing import TYPE_CHECKING
 
 from swarm.io import Ban, Dial, DialFailed, Disconnect, PeerConnected, PeerDisconnected
@@ -77,8 +79,15 @@ class Links:
         node = sim.nodes[i]
         if not node.up or sim.router.conns[i]:
             return
-        candidates = [j for j in sorted(sim.live) if j != i and sim.net.reachable(i, j)]
-        for j in node.rng.sample(candidates, sim.scenario.network.bootstrap):
+        k = sim.scenario.network.bootstrap
+        if sim.net.partitioned:
+            picks = node.rng.sample([j for j in sim.live_sorted if j != i and sim.net.reachable(i, j)], k)
+        else:  # every live peer but us, as above, without building the list (10,000 peers start)
+            live, skip = sim.live_sorted, bisect.bisect_left(sim.live_sorted, i)
+            mine = skip < len(live) and live[skip] == i
+            picks = [live[c + 1 if mine and c >= skip else c]
+                     for c in node.rng.sample_positions(len(live) - mine, k)]
+        for j in picks:
             self.dial(i, j)
         self._schedule_rejoin(i)
 

@@ -12,6 +12,8 @@ is the virtual epoch (1.8e9 s) plus simulated time plus its clock skew.
 
 from __future__ import annotations
 
+import bisect
+
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -113,6 +115,7 @@ class Simulation:
         self.by_id: dict[str, int] = {}
         self.pids: list[str] = []  # peer index -> peer id
         self.live: set[int] = set()
+        self.live_sorted: list[int] = []  # the same, in order (links.bootstrap samples it)
         self.jobs = JobQueue(self)
         self.streams = streams = Streams(self)
         self.links = links = Links(self)
@@ -207,6 +210,8 @@ class Simulation:
         if shards is not None:  # hash each shard bytes object once, however many peers receive it
             shards.exchange.hasher = self.content.hasher
         node.store.seen.clear()  # the job process's memory, not the data dir
+        if i not in self.live:
+            bisect.insort(self.live_sorted, i)
         self.live.add(i)
         self.trace.record(self.loop.now, i, "start", {"incarnation": node.incarnation})
         self.feed(i, Started((self.addr(i),)))
@@ -221,6 +226,8 @@ class Simulation:
             return
         node.up = False
         node.tick_at = None
+        if i in self.live:
+            del self.live_sorted[bisect.bisect_left(self.live_sorted, i)]
         self.live.discard(i)
         self.trace.record(self.loop.now, i, how, {"incarnation": node.incarnation})
         for j in sorted(self.router.conns[i]):

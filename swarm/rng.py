@@ -58,6 +58,18 @@ class Rng:
             pool[i], pool[j] = pool[j], pool[i]
         return pool[:k]
 
+    def sample_positions(self, n: int, k: int) -> list[int]:
+        """The positions `sample` picks from a sequence of `n` items, drawing the same numbers, without the
+        sequence: the simulator samples a few of 10,000 live peers for each peer that starts."""
+        moved: dict[int, int] = {}
+        out = []
+        for i in range(min(k, n)):
+            j = i + self.randrange(n - i)
+            at_i, at_j = moved.get(i, i), moved.get(j, j)
+            moved[i], moved[j] = at_j, at_i
+            out.append(at_j)
+        return out
+
     def shuffle(self, items: list[T]) -> None:
         for i in range(len(items) - 1, 0, -1):
             j = self.randrange(i + 1)
