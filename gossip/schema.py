@@ -48,9 +48,8 @@ class Struct:
     _hints_cache: ClassVar[dict[type, list[tuple[str, Any, dict]]]] = {}
 
     def __post_init__(self) -> None:
-        for name, hint, meta in _fields_of(type(self)):
-            value = _check(getattr(self, name), hint, meta, f"{type(self).__name__}.{name}")
-            object.__setattr__(self, name, value)
+        for name, hint, meta, where in _checked_fields(type(self)):
+            object.__setattr__(self, name, _check(getattr(self, name), hint, meta, where))
 
     def to_wire(self) -> dict[str, Any]:
         fields = _fields_of(type(self))
@@ -86,7 +85,7 @@ class Struct:
         if len(extras) > MAX_EXTRA_KEYS or any(not isinstance(k, str) or not k or len(k) > MAX_EXTRA_KEY for k in extras):
             raise Rejected(SCHEMA, f"{cls.__name__}: {len(extras)} unknown keys {[str(k)[:40] for k in extras][:9]}: "
                                    f"at most {MAX_EXTRA_KEYS}, each 1..{MAX_EXTRA_KEY} characters")
-        values = {name: _from_wire(obj[name], hint, f"{cls.__name__}.{name}") for name, hint, _ in fields[:known]}
+        values = {name: _from_wire(obj[name], hint) for name, hint, _ in fields[:known]}
         try:
             struct = cls(**values)
         except (TypeError, ValueError) as exc:
@@ -103,12 +102,23 @@ class Struct:
         if missing or len(obj) > len(names) or not set(obj) <= set(names):
             extra = sorted(str(k) for k in set(obj) - set(names))
             raise Rejected(SCHEMA, f"{cls.__name__}: unknown keys {extra}, missing keys {missing}")
-        values = {name: _from_wire(obj[name], hint, f"{cls.__name__}.{name}") for name, hint, _ in fields
-                  if name in obj}
+        values = {name: _from_wire(obj[name], hint) for name, hint, _ in fields if name in obj}
         try:
             return cls(**values)
         except (TypeError, ValueError) as exc:
             raise Rejected(SCHEMA, str(exc)) from None
+
+
+_CHECKED: dict[type, list[tuple[str, Any, dict, str]]] = {}
+
+
+def _checked_fields(cls: type) -> list[tuple[str, Any, dict, str]]:
+    """`_fields_of` with each field's place in error messages, made once (a string per field per
+    construction was a tenth of building a heartbeat)."""
+    cached = _CHECKED.get(cls)
+    if cached is None:
+        cached = _CHECKED[cls] = [(name, hint, meta, f"{cls.__name__}.{name}") for name, hint, meta in _fields_of(cls)]
+    return cached
 
 
 def _fields_of(cls: type) -> list[tuple[str, Any, dict]]:
@@ -236,20 +246,30 @@ def _to_wire(value: Any) -> Any:
     return value
 
 
-def _from_wire(value: Any, hint: Any, where: str) -> Any:
+@functools.cache
+def _holds_structs(hint: Any) -> bool:
+    """Whether values of `hint` contain structs to rebuild; other decoded values go to construction as
+    they are (it checks them, and turns lists into tuples and maps into read-only ones)."""
+    inner = _is_optional(hint)[1]
+    if isinstance(inner, type) and issubclass(inner, Struct):
+        return True
+    return _origin(inner) in (tuple, dict) and any(a is not Ellipsis and _holds_structs(a) for a in _args(inner))
+
+
+def _from_wire(value: Any, hint: Any) -> Any:
     """Rebuild nested structs from decoded msgpack; leaves validation to construction."""
-    optional, inner = _is_optional(hint)
-    if value is None:
-        return None
+    if value is None or not _holds_structs(hint):
+        return value
+    inner = _is_optional(hint)[1]
     origin = _origin(inner)
     if isinstance(inner, type) and issubclass(inner, Struct):
         return inner.from_wire(value)
     if origin is tuple and isinstance(value, (list, tuple)):
         args = _args(inner)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_from_wire(v, args[0], where) for v in value)
-        return tuple(_from_wire(v, a, where) for v, a in zip(value, args)) if len(value) == len(args) else value
+            return tuple(_from_wire(v, args[0]) for v in value)
+        return tuple(_from_wire(v, a) for v, a in zip(value, args)) if len(value) == len(args) else value
     if origin is dict and isinstance(value, dict):
         _, value_hint = _args(inner)
-        return {k: _from_wire(v, value_hint, where) for k, v in value.items()}
+        return {k: _from_wire(v, value_hint) for k, v in value.items()}
     return value
