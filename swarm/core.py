@@ -304,11 +304,12 @@ class PeerCore:
     def _on_heartbeat(self, now: float, message: StatusHeartbeat, signer: str, forwarder: str,
                       gossip: bool = True, via: str | None = None) -> list:
         """`via`: the source network a gossiped heartbeat came through (None: over the signer's link)."""
+        vouched = self.membership.vouched(signer) if via is not None else None  # asked once: not cheap
         try:
-            effects = self.membership.on_heartbeat(now, signer, message, via)
+            effects = self.membership.on_heartbeat(now, signer, message, via, vouched)
         except NoRoom:  # past the newcomer budget: no entry, yet relayed if it may be of use (swarm/newcomers.py)
             return [] if self._names_held_task(message) else [KEPT]
-        if via is not None and not self._relays(signer, message):
+        if via is not None and not self._relays(bool(vouched), message):
             effects.insert(0, KEPT)
         if self._pace is None and message.peers and "heartbeat" in self.timers:
             self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
@@ -325,12 +326,12 @@ class PeerCore:
         worked = frozenset(task_id for role in self.roles for task_id in getattr(role, "tasks", ()))
         return bool(worked) and self.tasks.names(peer, worked)
 
-    def _relays(self, signer: str, beat: StatusHeartbeat) -> bool:
-        """Relay a gossiped heartbeat only if its signer is vouched for (linked to us: the first hop of
+    def _relays(self, vouched: bool, beat: StatusHeartbeat) -> bool:
+        """Relay a gossiped heartbeat only if its signer is `vouched` for (linked to us: the first hop of
         every heartbeat; named by a task; proven work) or it names a task we hold: someone must be able to
         use it. Anything else stops here: a fresh key's heartbeat reaches the neighbours of whoever
         signed it, and no further (swarm/membership.py, newcomers; issue 27, attack 1)."""
-        return self.membership.vouched(signer) or self._names_held_task(beat)
+        return vouched or self._names_held_task(beat)
 
     def _names_held_task(self, beat: StatusHeartbeat) -> bool:
         held = self.tasks.tasks

@@ -173,10 +173,10 @@ class Membership:
         info = info if info is not None else self.peers.get(peer)
         return (info is not None and info.linked_once) or self.vouches(peer)
 
-    def _admit(self, peer: str, info: PeerInfo | None, net: str) -> None:
-        """A gossiped heartbeat would make `peer` alive: fine if vouched for, else charged to `net` within
-        the newcomer budget (raises NoRoom past it)."""
-        if self.vouched(peer, info):
+    def _admit(self, peer: str, info: PeerInfo | None, net: str, vouched: bool | None) -> None:
+        """A gossiped heartbeat would make `peer` alive: fine if vouched for (`vouched`, if the caller
+        knows), else charged to `net` within the newcomer budget (raises NoRoom past it)."""
+        if vouched if vouched is not None else self.vouched(peer, info):
             self.newcomers.uncharge(peer)
         else:
             self.newcomers.admit(peer, net, self._alive)
@@ -200,10 +200,12 @@ class Membership:
 
     # ---- inputs
 
-    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat, via: str | None = None) -> list:
+    def on_heartbeat(self, now: float, peer: str, beat: StatusHeartbeat, via: str | None = None,
+                     vouched: bool | None = None) -> list:
         """A heartbeat signed by `peer`, gossiped through source network `via` (None: over our link to
-        it, so vouched for). Raises Rejected when it is out of window, stale or of another major, and
-        NoRoom (swarm/newcomers.py) for a newcomer past the budget."""
+        it, so vouched for); `vouched`: `self.vouched(peer)` if the caller has asked already. Raises
+        Rejected when it is out of window, stale or of another major, and NoRoom (swarm/newcomers.py) for a
+        newcomer past the budget."""
         cfg = self.config
         if beat.sent_at < now - cfg.window_past or beat.sent_at > now + cfg.window_future:
             raise Rejected(OUT_OF_WINDOW, f"heartbeat sent at {beat.sent_at:.3f}, now {now:.3f}")
@@ -217,9 +219,10 @@ class Membership:
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
             # Gossiped ones are judged against gossiped ones only: a newer one over the signer's link
             # (a ping, sent after it) must not stop us forwarding it to peers that have not had it.
-            raise Rejected(STALE, f"heartbeat seq {beat.seq} after {info.last_seq}")
+            last = info.last_seq if via is None else info.gossip_seq
+            raise Rejected(STALE, f"heartbeat seq {beat.seq} after {last}{'' if via is None else ' (gossiped)'}")
         if via is not None and (info is None or info.state != ALIVE or peer in self.newcomers):
-            self._admit(peer, info, via)  # before an entry is made; and a newcomer vouched for since is none
+            self._admit(peer, info, via, vouched)  # before an entry is made; and a newcomer vouched for since is none
         if info is None:
             info = self._info(peer, room_from_newcomers=peer not in self.newcomers)
             if info is None:
@@ -349,25 +352,19 @@ class Membership:
 
     def pace(self, uptime: float = float("inf")) -> tuple[float, int]:
         """(our heartbeat interval, the swarm size it is stretched for), `uptime` seconds after we started.
-
-        The size is the live peers we know plus ourselves, once our table is complete: once we have been
-        up for the interval that count implies, everyone heartbeating at that rate or faster has been
-        heard. Until then (a newcomer) our own count is too low: a peer joining a 1,000-peer swarm whose
-        interval is an hour has heard a handful after a few seconds. A newcomer therefore also takes the
-        median of the sizes others declare (`StatusHeartbeat.peers`), ignoring 0, which a peer that has
-        heard nobody yet declares: in a flash crowd, where most peers heard are newcomers too, the
-        median comes from those whose estimate rests on something. Only newcomers borrow: a settled
-        peer's estimate is its own count, so the swarm's estimate follows it down when peers leave
-        (borrowed sizes would otherwise sustain each other forever). A lying minority cannot move the
-        median, and newcomers' declarations are not in it (fresh keys declaring 1,000 peers made a
-        trainer's first interval an hour); the interval stays within the schema's bound whatever is
-        declared."""
+        The size is the peers that count (`counted_count`) plus ourselves, once our table is complete: once we have
+        been up for the interval that count implies, everyone heartbeating at that rate or faster has been heard.
+        Until then (a newcomer) our own count is too low: a peer joining a 1,000-peer swarm whose interval is an
+        hour has heard a handful after a few seconds. A newcomer therefore also takes the median of the sizes others
+        declare (`StatusHeartbeat.peers`), ignoring 0, which a peer that has heard nobody yet declares: in a flash
+        crowd, where most peers heard are newcomers too, the median comes from those whose estimate rests on
+        something. Only newcomers borrow: a settled peer's estimate is its own count, so the swarm's estimate
+        follows it down when peers leave (borrowed sizes would otherwise sustain each other forever). A lying
+        minority cannot move the median, and newcomers' declarations are not in it (fresh keys declaring 1,000 peers
+        made a trainer's first interval an hour); the interval stays within the schema's bound whatever is declared."""
         cfg = self.config
         charged = self.newcomers.charged
-        newcomers = self.newcomers.alive_count(self._alive)
-        alive = sum(1 for info in self.peers.values() if info.state == ALIVE) - newcomers
-        alive += min(newcomers, alive)  # newcomers count up to the vouched peers' number (swarm/newcomers.py)
-        size = alive + 1
+        size = (alive := self.counted_count()) + 1
         interval = max(cfg.heartbeat_interval, size / cfg.status_budget)
         if uptime < interval:  # still filling our table
             declared = sorted(p.swarm for p in self.peers.values() if p.state == ALIVE and p.swarm > 0
@@ -421,6 +418,11 @@ class Membership:
 
     def alive_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.state == ALIVE)
+
+    def counted_count(self) -> int:  # len(counted_peers()) without the list: pace asks for every heartbeat
+        newcomers = self.newcomers.alive_count(self._alive)
+        vouched = sum(1 for info in self.peers.values() if info.state == ALIVE) - newcomers
+        return vouched + min(newcomers, vouched)
 
     def counted_peers(self) -> list[str]:
         """The alive peers that count for what we decide (our pace, a role's split of the work): every

@@ -58,15 +58,18 @@ PINNED = {
     # smoke 28 -> 28, adversarial 64 -> 64, churn-compressed 28 -> 28, trainer-failover 308 -> 308,
     # scaling 140 -> 139. Was: smoke 39526bcf..., adversarial c5be121a..., churn-compressed 135247c6...,
     # trainer-failover 2d959ff2..., scaling 3f230407...
-    "smoke": "45ba7213c3694648f063c7ea6d6bbcacf7daf6f386cd9c9f768850be921552f9",
-    "adversarial": "11cc8b77cf1ed9f337487f53a9bf0bcd7d46d525517e1b11e553f3b27526eb49",
-    "churn-compressed": "6eb3b39345e64c01f736833786aecce1e0ca2c50b4d6611843f5e34ca8035aad",
-    "trainer-failover": "f3bfc54641f30bc91bf21074b12c7f46c0688abcc29d73a0b825e3a938452f33",
+    # Moved by the text of a stale heartbeat's rejection only (it names the seq it was judged against, a
+    # gossiped one's or any): smoke was 45ba7213..., adversarial 11cc8b77..., churn-compressed 6eb3b393...,
+    # trainer-failover f3bfc546..., scaling 8a7fa8b8...
+    "smoke": "36d9d837e78811dfe3e8ca90dd87c7b06c2047172517a985c83db47885262217",
+    "adversarial": "380c4ffab1aaed1dbbf1c80dc795c36dbc549c5bc9d41c51e78fbf7af352b6d5",
+    "churn-compressed": "40a22250f7c792c2f422fed8f4c21aa83544bda1a7203ef275272bd5c592bfad",
+    "trainer-failover": "1588aaf3df02b45e98aa16805eb9fa9275a49426225f2e6d1c50ae2e6043120a",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...
-    "scaling": "8a7fa8b8c1a1647eca016f034440809d9c1e33714f06cb9ab87cbf661a7b07d6",
+    "scaling": "b257b0a372f659b2bb736871f022a866a6c56e926aef90b4bd5c7ed55825578e",
 }
 
 
