@@ -83,6 +83,8 @@ class JobQueue:
         honest = outcome.honest if outcome.honest is not None else getattr(outcome.result, "honest", None)
         for digest in outcome.blobs:
             node.store.add_blob(digest)
+        if outcome.generated is not None:
+            node.store.record_generated(outcome.generated)
         for digest in outcome.shards:
             node.store.add_shard(digest, sim.loop.now)
         if outcome.ok and job.kind in ("init", "train") and hasattr(outcome.result, "weights"):

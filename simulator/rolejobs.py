@@ -271,7 +271,6 @@ class RoleExecutor:
         claim = (job.task.task_id, bytes(job.worker_key), job.version, tuple(job.prompt_indices))
         if claim in ctx.store.generated:  # trainer/generated.py: a restarted worker never commits a slice twice
             return JobOutcome(0.0, True, jobs.GenerateResult(b"", 0, 0, 0.0, repeated=True), honest=True)
-        ctx.store.record_generated(claim)
         rng = ctx.rng
         cheat = ctx.cheat if ctx.cheat in GENERATING_CHEATS else ""
         prompts, weights = tuple(job.prompt_indices), bytes(job.weights)
@@ -294,7 +293,7 @@ class RoleExecutor:
         size = self.cost.result_bytes or DEFAULTS[jobs.GENERATE][2]
         blob = self.jobs.content.make(content, size, batch)
         result = jobs.GenerateResult(blob, size, tokens, claimed, prompts if cheat == "cherry-pick" else None)
-        return JobOutcome(duration, True, result, honest=not cheat, blobs=(blob,))
+        return JobOutcome(duration, True, result, honest=not cheat, blobs=(blob,), generated=claim)
 
     # ---- validator (and the trainer's own check)
 

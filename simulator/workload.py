@@ -47,6 +47,11 @@ class JobOutcome:
     honest: bool | None = None  # for the trace; None: read `result.honest` (CostResult) if it has one
     blobs: tuple = ()  # digests added to the peer's blob store when the job finishes
     shards: tuple = ()  # digests added to its shard store when the job finishes
+    # A generate job's slice, recorded as generated when the job finishes: trainer/generated.py records it
+    # just before answering, so a crash while generating leaves no record, and the restarted worker
+    # generates the slice again (recorded at the start, a crash mid-job lost the slice for good: with one
+    # batch per worker per version, a scale-10k run with its workers churning trained nothing).
+    generated: tuple | None = None
 
 
 @dataclass(frozen=True)

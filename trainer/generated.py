@@ -6,8 +6,11 @@ banned. The worker's batch counter lives in the core's memory, so a crash-restar
 start at slice 0 again and be banned for re-committing it (seen in the simulator's `churn`
 scenario). The generate job therefore records each slice it finishes, before answering (the core
 commits only after the answer), and answers a slice it finds recorded as `repeated`, without
-generating: no slice is ever committed twice. A crash between the record and the commitment loses
-that one batch, which is harmless.
+generating: no slice is ever committed twice. A crash between the record and the commitment (the
+milliseconds the answer takes to reach the core) loses that one batch: other workers' batches make up
+the step, except where every worker may make one batch per version (`max_batches_per_version = 1`) and
+the step needs them all, which waits for a worker to join. The simulator records a slice at the same
+point, when its job finishes (docs/simulator.md).
 """
 
 from __future__ import annotations

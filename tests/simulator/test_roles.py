@@ -236,3 +236,40 @@ def test_crash_restarted_worker_is_not_banned_as_a_replayer(monkeypatch, job_rem
         assert not banned and skipped and {p for _, p in skipped} == {worker}
     else:
         assert banned and {r for _, r in banned} == {"cheated"} and not skipped
+
+
+def test_worker_crashed_while_generating_generates_the_slice_again():
+    """A crash while a generate job runs leaves no record of its slice (trainer/generated.py records a
+    slice just before answering), so the restarted worker generates and commits it. Recorded when the job
+    started, the slice was skipped as `repeated`, and with one batch per worker per version the worker
+    made nothing more for that version (scale-10k trained nothing once its workers churned)."""
+    from simulator.run import prepare
+    from simulator.trace import Trace
+
+    trace = Trace()
+    worker, queued, committed, skipped, banned = 2, [], [], [], []
+    trace.observe("job-queued", lambda t, peer, kind, f: queued.append(t) if peer == worker and f["kind"] == "generate"
+                  else None)
+    trace.observe("emit.rollouts-committed", lambda t, peer, kind, f: committed.append((t, f["version"]))
+                  if peer == worker else None)
+    trace.observe("emit.rollouts-skipped", lambda t, peer, kind, f: skipped.append((t, peer, f["version"])))
+    trace.observe("emit.peer-banned", lambda t, peer, kind, f: banned.append(f))
+    s = scenario(name="mid-job-crashes", duration=400, workers=4)  # 4 batches of 4 prompts: every one a step
+    task = s.tasks[0].model_copy(update={"params": {**s.tasks[0].params, "max_batches_per_version": 1}})
+    sim, _ = prepare(s.model_copy(update={"tasks": (task,)}), trace)
+    at, crashes = 40.0, 0
+    while at < 300 and crashes < 5:  # each crash comes 4 s into a generate job (10 s long)
+        sim.loop.run(at)
+        at += 1.0
+        if queued and at - 5.0 <= queued[-1] < at - 4.0:
+            sim.stop_peer(worker, "crash")
+            sim.loop.run(at + 2.0)
+            sim.start_peer(worker)
+            crashes, at = crashes + 1, at + 2.0
+            restarted, before = at, len(committed)
+            sim.loop.run(at + 25.0)  # the install, then the job again: committed within its 10 s
+            assert len(committed) > before, f"crash {crashes} at {restarted - 2.0}: nothing committed after it"
+            at += 25.0
+    sim.loop.run(400.0)
+    assert crashes >= 3 and not banned, (crashes, banned)
+    assert {v for _, _, v in skipped} <= {v for _, v in committed}, "only slices committed before are skipped"
