@@ -12,11 +12,11 @@ keep the whole swarm near `status_budget` heartbeats per second (2 s at 6 peers,
 the defaults), and says in each heartbeat when to expect the next. The peers we hold a link to count
 as alive while the link does, heartbeat or not (`sweep(on_link=...)`).
 
-Keys cost nothing, so a heartbeat alone earns a live entry only within a budget (swarm/newcomers.py).
-A peer is *vouched* for when something costly stands behind it: we hold or held a link to it (its
-connection passed the per-address and per-network limits), a task our roles work on names it as a trainer or
-validator, or a trusted checker passed its work (`vouches`, the core's word). Any other peer is a
-newcomer, and newcomers count toward our pace only up to the vouched peers' number.
+Keys cost nothing, so a heartbeat alone earns a live entry only within a budget (swarm/newcomers.py). A peer
+is *vouched* for when something costly stands behind it: we hold or held a link to it (its connection passed
+the per-address and per-network limits), a task our roles work on names it as a trainer or validator, or a
+trusted checker passed its work (`vouches`, the core's word). Any other peer is a newcomer, and newcomers
+count toward our pace only up to the vouched peers' number.
 
 Peer exchange: heartbeats, gossiped or over a new link, carry our listen addresses and a sample of
 peers we know, so every peer learns dialable addresses beyond the bootstrap peer and keeps
@@ -129,8 +129,7 @@ class Membership:
         self._named: set[str] = {self_id}
         self._failing: set[str] = set()  # peers our last dial to failed (learn_addrs may replace their addresses)
         self.vouches: Callable[[str], bool] = lambda peer: False  # the core's word: task-named, or proven work
-        self.newcomers = Newcomers(config.newcomers_per_net, config.newcomers)
-        self._alive = lambda peer: self.peers[peer].state == ALIVE
+        self.newcomers = Newcomers(config.newcomers_per_net, config.newcomers)  # told of every alive/gone turn
         self.own_interval = config.heartbeat_interval  # what our last pace() said (gone_threshold's yardstick)
 
     # ---- table upkeep
@@ -179,7 +178,7 @@ class Membership:
         if vouched if vouched is not None else self.vouched(peer, info):
             self.newcomers.uncharge(peer)
         else:
-            self.newcomers.admit(peer, net, self._alive)
+            self.newcomers.admit(peer, net)
 
     def learn_addrs(self, peer: str, addrs: tuple[str, ...]) -> None:
         if not addrs:
@@ -214,12 +213,11 @@ class Membership:
         self.release.check_major(theirs)  # another major: refused (other-major), never alive here
         peers = self.peers
         info = peers.get(peer)
-        if info is not None and beat.seq <= (info.last_seq if via is None else info.gossip_seq):
+        if info is not None and beat.seq <= (last := info.last_seq if via is None else info.gossip_seq):
             # Gossip can deliver an older heartbeat late (IHAVE/IWANT after the mesh copy of a newer one);
             # an identical replay is caught earlier by the seen-cache, an old one by the time window.
             # Gossiped ones are judged against gossiped ones only: a newer one over the signer's link
             # (a ping, sent after it) must not stop us forwarding it to peers that have not had it.
-            last = info.last_seq if via is None else info.gossip_seq
             raise Rejected(STALE, f"heartbeat seq {beat.seq} after {last}{'' if via is None else ' (gossiped)'}")
         if via is not None and (info is None or info.state != ALIVE or peer in self.newcomers):
             self._admit(peer, info, via, vouched)  # before an entry is made; and a newcomer vouched for since is none
@@ -235,6 +233,7 @@ class Membership:
         effects: list = []
         if info.state != ALIVE:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
+            self.newcomers.mark(peer, True)
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
         info.clock_offset = now - beat.sent_at  # negative: its clock runs ahead of ours (doctor reports it)
@@ -311,6 +310,7 @@ class Membership:
             silent = now - max(info.last_seen, awake_since)  # a silence we slept through does not count
             if info.state == ALIVE and silent > self.gone_threshold(info):
                 info.state = GONE
+                self.newcomers.mark(peer, False)
                 info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
@@ -333,6 +333,7 @@ class Membership:
         effects: list = [Disconnect(peer, "silent")]
         if info is not None and info.state == ALIVE:
             info.state = GONE
+            self.newcomers.mark(peer, False)
             info.next_dial = now + self.config.dial_backoff
             effects.insert(0, Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3),
                                                  "link": True}))
@@ -410,7 +411,7 @@ class Membership:
 
     def budget_snapshot(self) -> dict:
         """Our pace and the newcomer budget's use, for status (swarm-node status, the TUI)."""
-        return {"interval": round(self.own_interval, 3), **self.newcomers.snapshot(self._alive)}
+        return {"interval": round(self.own_interval, 3), **self.newcomers.snapshot()}
 
     def announced(self, peer: str) -> Announced | None:
         info = self.peers.get(peer)
@@ -420,7 +421,7 @@ class Membership:
         return sorted(p for p, info in self.peers.items() if info.state == ALIVE)
 
     def counted_count(self) -> int:  # len(counted_peers()) without the list: pace asks for every heartbeat
-        newcomers = self.newcomers.alive_count(self._alive)
+        newcomers = len(self.newcomers.alive)
         vouched = sum(1 for info in self.peers.values() if info.state == ALIVE) - newcomers
         return vouched + min(newcomers, vouched)
 
@@ -430,7 +431,7 @@ class Membership:
         later does not push out a newcomer that was there before it)."""
         charged = self.newcomers.charged
         vouched = [p for p, info in self.peers.items() if info.state == ALIVE and p not in charged]
-        return sorted(vouched + self.newcomers.first_alive(self._alive, len(vouched)))
+        return sorted(vouched + self.newcomers.first_alive(len(vouched)))
 
     def connected_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.connected)

@@ -9,65 +9,83 @@ per network and `total` in all. Past that a heartbeat makes no entry (`NoRoom`),
 gossip judges a message at its first arrival only, so an attacker that relays honest heartbeats to us
 before anyone else would have them dropped here for good (a 1,000-peer run lost every trainer's
 heartbeat that way and trained nothing). The core relays it if it names a task we hold, and keeps it
-otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count for what we decide (our pace, a role's split of
-the work) only up to the vouched peers' number, those charged first first (`first_alive`): a flood
-can at most double our interval, and does not push out a newcomer that was there before it.
+otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count for what
+we decide (our pace, a role's split of the work) only up to the vouched peers' number, those charged
+first first (`first_alive`): a flood can at most double our interval, and does not push out a newcomer
+that was there before it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 class NoRoom(Exception):
     """The budget is spent: the heartbeat makes no entry (the message says which part)."""
 
 
 class Newcomers:
+    """Counts kept as entries change (`mark`), not recounted: under a flood every admission asked how
+    many of a network's newcomers were alive, a scan of up to the whole table each time."""
+
     def __init__(self, per_net: int, total: int) -> None:
         self.per_net, self.total = per_net, total
         self.charged: dict[str, str] = {}  # newcomer -> its source network, in the order first charged
         self.by_net: dict[str, set[str]] = {}  # source network -> its newcomers
+        self.alive: set[str] = set()  # the charged newcomers alive now (a gone one holds no place)
+        self._alive_by_net: dict[str, int] = {}
         self.refused = 0  # heartbeats refused for the budget
 
     def __contains__(self, peer: str) -> bool:
         return peer in self.charged
 
-    def admit(self, peer: str, net: str, alive: Callable[[str], bool]) -> None:
-        """Charge `peer` to `net`, or raise NoRoom when the budget is spent. `alive(p)`: is
-        newcomer p alive now (a gone one holds no place)."""
-        if peer in self.charged:
-            return  # already charged: an old newcomer's entry, back alive
-        if sum(1 for p in self.by_net.get(net, ()) if alive(p)) >= self.per_net:
+    def admit(self, peer: str, net: str) -> None:
+        """Charge `peer` to `net`, or raise NoRoom when the budget is spent. Membership marks the peer
+        alive when its entry turns alive."""
+        if peer in self.alive:
+            return
+        if self._alive_by_net.get(net, 0) >= self.per_net:
             self.refused += 1
             raise NoRoom(f"{self.per_net} peers nothing vouches for came through {net} and are alive here")
-        if len(self.charged) >= self.total and self.alive_count(alive) >= self.total:
+        if len(self.alive) >= self.total:
             self.refused += 1
             raise NoRoom(f"{self.total} peers nothing vouches for are alive here")
+        self.uncharge(peer)  # a gone newcomer coming back is charged anew: the budget holds for it too
         self.charged[peer] = net
         self.by_net.setdefault(net, set()).add(peer)
 
+    def mark(self, peer: str, alive: bool) -> None:
+        """`peer`'s entry turned alive or gone (a no-op for a peer not charged)."""
+        net = self.charged.get(peer)
+        if net is None or (peer in self.alive) == alive:
+            return
+        if alive:
+            self.alive.add(peer)
+            self._alive_by_net[net] = self._alive_by_net.get(net, 0) + 1
+        else:
+            self.alive.discard(peer)
+            self._alive_by_net[net] -= 1
+
     def uncharge(self, peer: str) -> None:
         """Vouched for since, or forgotten."""
+        self.mark(peer, False)
         net = self.charged.pop(peer, None)
         if net is not None:
             mine = self.by_net[net]
             mine.discard(peer)
             if not mine:
                 del self.by_net[net]
+                self._alive_by_net.pop(net, None)
 
-    def alive_count(self, alive: Callable[[str], bool]) -> int:
-        return sum(1 for p in self.charged if alive(p))
-
-    def first_alive(self, alive: Callable[[str], bool], room: int) -> list[str]:
+    def first_alive(self, room: int) -> list[str]:
         """Up to `room` alive newcomers, those charged first first."""
         out: list[str] = []
+        if room <= 0:
+            return out
         for p in self.charged:
-            if len(out) >= room:
-                break
-            if alive(p):
+            if p in self.alive:
                 out.append(p)
+                if len(out) >= room:
+                    break
         return out
 
-    def snapshot(self, alive: Callable[[str], bool]) -> dict:
-        return {"newcomers_alive": self.alive_count(alive), "newcomers_charged": len(self.charged),
+    def snapshot(self) -> dict:
+        return {"newcomers_alive": len(self.alive), "newcomers_charged": len(self.charged),
                 "newcomer_networks": len(self.by_net), "refused_newcomers": self.refused}
