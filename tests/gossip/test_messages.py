@@ -169,3 +169,37 @@ def test_heartbeat_without_swarm_size_is_refused_with_a_reason():
     del wire["peers"]
     with pytest.raises(Rejected, match="missing keys"):
         StatusHeartbeat.from_wire(wire)
+
+
+def test_field_checkers_answer_as_the_general_check_does():
+    """gossip/schema.py `_checker`: the fast paths return a value exactly when `_check` would return it
+    unchanged, and anything else gets `_check`'s own answer (the same normalised value or error)."""
+    import math
+
+    from gossip.schema import _check, _checker
+    from gossip.messages import PeerAddrs
+
+    cases = [
+        (str, {"max": 4, "size": None}, ["abc", "abcde", b"ab", None, 3, "", "\u00e9\u00e9"]),
+        (bytes, {"size": 2, "max": None}, [b"ab", b"a", "ab", bytearray(b"ab"), None]),
+        (int, {"min": 0, "max": 10}, [0, 10, 11, -1, True, 3.0, 2**64, None, "1"]),
+        (int, {"min": None, "max": None}, [-(2**63), -(2**63) - 1, 2**64 - 1, 2**64]),
+        (float, {"min": 0.1, "max": 3600}, [0.1, 3600.0, 3600.5, 0.0, 2, True, math.inf, math.nan, None]),
+        (int | None, {"min": 0, "max": None}, [None, 5, -5]),
+        (tuple[str, ...], {"max": 2, "item_max": 3}, [("a", "b"), ["a"], ("abcd",), ("a", 1), ("a", "b", "c")]),
+        (tuple[PeerAddrs, ...], {"max": 2}, [(PeerAddrs("p", ("/a",)),), [PeerAddrs("p", ())], ("p",)]),
+    ]
+    for hint, meta, values in cases:
+        fast = _checker(hint, meta, "X.f")
+        for value in values:
+            try:
+                expected = ("ok", _check(value, hint, meta, "X.f"))
+            except (TypeError, ValueError) as exc:
+                expected = ("error", str(exc))
+            try:
+                got = ("ok", fast(value))
+            except (TypeError, ValueError) as exc:
+                got = ("error", str(exc))
+            assert got == expected, (hint, value, got, expected)
+            if got[0] == "ok":
+                assert type(got[1]) is type(expected[1]), (hint, value, got, expected)
