@@ -120,6 +120,8 @@ def decode_body(cls: type[Message], body: bytes) -> Message:
     message, carried, extras = cls.from_wire_tolerant(obj)
     if not extras:
         canonical = message.body_bytes() == body
+        if canonical:  # the same bytes: kept, so encoding it again (a task's id, a relay) is free
+            object.__setattr__(message, "_wire_body", body)
     else:  # the fields we know as their sender carried them, then the ones it knows and we do not
         canonical = msgpack.packb({**message.wire_of(carried), **extras}, use_bin_type=True) == body
         object.__setattr__(message, "_wire_body", body)

@@ -7,6 +7,7 @@ body, so a body cannot claim to be from someone else.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from functools import cached_property
@@ -68,7 +69,7 @@ class TaskAnnouncement(Message):
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
             raise ValueError("TaskAnnouncement.name: letters, digits, '-', '_' and '.' only")
 
-    @property
+    @functools.cached_property  # asked on every task message; the struct is frozen, so once is enough
     def task_id(self) -> str:
         return hashlib.blake2b(self.body_bytes(), digest_size=TASK_ID_HEX // 2).hexdigest()
 

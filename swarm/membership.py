@@ -27,59 +27,21 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gossip.errors import OUT_OF_WINDOW, STALE, Rejected
 from gossip.messages import PeerAddrs, StatusHeartbeat
 from gossip.release import CURRENT, Announced, Release
 from swarm.io import Dial, Disconnect, Emit
 from swarm.newcomers import Newcomers
+from swarm.peerinfo import ALIVE, GONE, KNOWN, PeerInfo
 from swarm.rng import Rng
 from swarm.stall import StallWatch
 
-ALIVE, GONE, KNOWN = "alive", "gone", "known"  # KNOWN: an address we heard of, never a heartbeat
 _PLAIN = Announced()  # what a heartbeat that announces nothing says: 1.0, no capabilities (shared)
 MAX_INTERVAL = 3600.0  # StatusHeartbeat.interval's schema bound
 BELIEVED = 4.0  # a declared interval counts up to this many times our own
 RELAY_ONLY = ("relay",)
-
-
-@dataclass(slots=True)  # one per (peer, peer) pair: a 1,000-peer simulation holds a million
-class PeerInfo:
-    peer_id: str
-    state: str = KNOWN
-    roles: tuple[str, ...] = ()
-    agent: str = ""
-    addrs: tuple[str, ...] = ()
-    tasks: tuple[str, ...] = ()
-    versions: dict[str, int] = field(default_factory=dict)
-    last_seq: int = -1
-    gossip_seq: int = -1  # the newest seq of its gossiped heartbeats (last_seq: of any, links' too)
-    last_seen: float | None = None
-    interval: float = 0.0  # the peer's declared heartbeat interval
-    swarm: int = 0  # the swarm size the peer declared (StatusHeartbeat.peers; 0: it had no estimate)
-    latency: float | None = None
-    clock_offset: float | None = None  # our clock minus its heartbeat's send time: delay plus clock skew
-    connected: bool = False
-    dial_failures: int = 0
-    next_dial: float = 0.0
-    announced: Announced | None = None  # what its last heartbeat said it speaks (gossip/release.py)
-    linked_once: bool = False  # we held a link to it (vouched for: its connection passed our address limits)
-    exchange_entry: PeerAddrs | None = None  # how our peer exchange names it (built once per addresses)
-
-    def as_dict(self, now: float, heard_on_link: float | None = None) -> dict:
-        """`last_seen_ago` counts from whichever is later: our last heartbeat from it, or (a linked peer)
-        the last thing its link carried."""
-        seen = self.last_seen if heard_on_link is None or self.last_seen is None else max(self.last_seen, heard_on_link)
-        return {
-            "peer_id": self.peer_id, "state": self.state, "connected": self.connected,
-            "roles": list(self.roles), "agent": self.agent, "addrs": list(self.addrs),
-            "tasks": list(self.tasks), "versions": dict(sorted(self.versions.items())),
-            "last_seen_ago": None if seen is None else round(now - seen, 3),
-            "latency_ms": None if self.latency is None else round(self.latency * 1000, 2),
-            "clock_offset_ms": None if self.clock_offset is None else round(self.clock_offset * 1000, 2),
-            "proto": None if self.announced is None else str(self.announced),
-        }
 
 
 @dataclass(frozen=True)
@@ -121,6 +83,7 @@ class Membership:
         # entry whose last_seen is no longer the peer's is stale (a newer one was pushed).
         self._due: list[tuple[float, str, float]] = []
         self._linked: set[str] = set()  # peers with info.connected
+        self._alive_n = 0  # entries with state ALIVE, counted as they turn (pace asks on every tick)
         # Peers a neighbour named to us (peer exchange) or we held a link to: what `maintain` dials. Not a
         # gossiped heartbeat's sender: that reaches the whole swarm, and if it made its sender everyone's
         # dial target, the few peers that gossip (a task's members: relays gossip none) took every relay's
@@ -161,7 +124,7 @@ class Membership:
         return True
 
     def _forget(self, peer: str) -> None:
-        del self.peers[peer]
+        self._alive_n -= self.peers.pop(peer).state == ALIVE
         self._named.discard(peer)
         self._failing.discard(peer)
         self.newcomers.uncharge(peer)
@@ -234,6 +197,7 @@ class Membership:
         if info.state != ALIVE:
             effects.append(Emit("peer-alive" if info.state == KNOWN else "peer-back", {"peer": peer}))
             self.newcomers.mark(peer, True)
+            self._alive_n += 1
         info.state, info.last_seq, info.last_seen = ALIVE, beat.seq, now
         info.latency = max(0.0, now - beat.sent_at)
         info.clock_offset = now - beat.sent_at  # negative: its clock runs ahead of ours (doctor reports it)
@@ -311,6 +275,7 @@ class Membership:
             if info.state == ALIVE and silent > self.gone_threshold(info):
                 info.state = GONE
                 self.newcomers.mark(peer, False)
+                self._alive_n -= 1
                 info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
@@ -334,6 +299,7 @@ class Membership:
         if info is not None and info.state == ALIVE:
             info.state = GONE
             self.newcomers.mark(peer, False)
+            self._alive_n -= 1
             info.next_dial = now + self.config.dial_backoff
             effects.insert(0, Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3),
                                                  "link": True}))
@@ -422,7 +388,7 @@ class Membership:
 
     def counted_count(self) -> int:  # len(counted_peers()) without the list: pace asks for every heartbeat
         newcomers = len(self.newcomers.alive)
-        vouched = sum(1 for info in self.peers.values() if info.state == ALIVE) - newcomers
+        vouched = self._alive_n - newcomers
         return vouched + min(newcomers, vouched)
 
     def counted_peers(self) -> list[str]:

@@ -164,7 +164,8 @@ def test_a_heartbeat_past_the_budget_is_still_relayed_when_it_names_a_task_we_ho
 
 def test_the_kept_counts_match_a_scan_of_the_table_under_random_traffic():
     """Newcomers keeps its alive counts as entries turn alive and gone (a rescan per admission was a tenth
-    of a 3,000-peer flood run): after every step they equal what a scan of the table gives."""
+    of a 3,000-peer flood run), and so does the table its count of live entries: after every step they
+    equal what a scan of the table gives."""
     from swarm.rng import Rng
 
     cfg = MembershipConfig(gone_after=5.0, forget_after=30.0, max_peers=60, newcomers=20, newcomers_per_net=6)
@@ -192,3 +193,5 @@ def test_the_kept_counts_match_a_scan_of_the_table_under_random_traffic():
         for net in nets:
             assert kept._alive_by_net.get(net, 0) == sum(1 for p in alive if kept.charged[p] == net) <= 6
         assert len(alive) <= 20
+        vouched_alive = sum(1 for p, i in m.peers.items() if i.state == ALIVE) - len(alive)
+        assert m.counted_count() == vouched_alive + min(len(alive), vouched_alive) == len(m.counted_peers())
