@@ -124,24 +124,24 @@ _CHECKED: dict[type, list[tuple[str, Callable[[Any], Any]]]] = {}
 
 
 def _checked_fields(cls: type) -> list[tuple[str, Callable[[Any], Any]]]:
-    """Each field's checker, made once per class (`_checker`)."""
+    """Each field's checker, made once per class (`field_checker`)."""
     cached = _CHECKED.get(cls)
     if cached is None:
-        cached = _CHECKED[cls] = [(name, _checker(hint, meta, f"{cls.__name__}.{name}"))
+        cached = _CHECKED[cls] = [(name, field_checker(hint, meta, f"{cls.__name__}.{name}"))
                                   for name, hint, meta in _fields_of(cls)]
     return cached
 
 
-def _checker(hint: Any, meta: dict, where: str) -> Callable[[Any], Any]:
-    """`_check` for one field, with a fast path for the common scalars: a value of exactly the type,
-    within its limits, is returned as it is (what `_check` does with it); anything else goes to `_check`,
-    which normalises it or raises the same error as ever. Checking each field through `_check`'s chain
+def field_checker(hint: Any, meta: dict, where: str) -> Callable[[Any], Any]:
+    """`check_value` for one field, with a fast path for the common scalars: a value of exactly the type,
+    within its limits, is returned as it is (what `check_value` does with it); anything else goes to `check_value`,
+    which normalises it or raises the same error as ever. Checking each field through `check_value`'s chain
     of type tests was most of decoding a heartbeat."""
     inner = _is_optional(hint)[1]
     lo, hi, size = meta.get("min"), meta.get("max"), meta.get("size")
 
     def slow(value: Any) -> Any:
-        return _check(value, hint, meta, where)
+        return check_value(value, hint, meta, where)
 
     if inner in (str, bytes):
         def check_text(value: Any) -> Any:
@@ -204,7 +204,7 @@ def _is_optional(hint: Any) -> tuple[bool, Any]:
     return False, hint
 
 
-def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
+def check_value(value: Any, hint: Any, meta: dict, where: str) -> Any:
     """Validate (and normalise: lists to tuples, ints to floats) one value against its hint."""
     optional, inner = _is_optional(hint)
     if value is None:
@@ -214,11 +214,11 @@ def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
     hint = inner
     if hint is Scalar:
         if isinstance(value, bool) or isinstance(value, int):
-            return _check(value, int if not isinstance(value, bool) else bool, {}, where)
+            return check_value(value, int if not isinstance(value, bool) else bool, {}, where)
         if isinstance(value, float):
-            return _check(value, float, {}, where)
+            return check_value(value, float, {}, where)
         if isinstance(value, str):
-            return _check(value, str, {"max": 256}, where)
+            return check_value(value, str, {"max": 256}, where)
         raise ValueError(f"{where}: expected a number, string or bool, got {type(value).__name__}")
     if hint is bool:
         if not isinstance(value, bool):
@@ -258,10 +258,10 @@ def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
                     isinstance(item, type) and issubclass(item, Struct) and all(type(v) is item for v in value):
                 return tuple(value)  # the common cases, without an error place made per item
             item_meta = {"max": item_max, "size": None, "min": None}
-            return tuple(_check(v, item, item_meta, f"{where}[{i}]") for i, v in enumerate(value))
+            return tuple(check_value(v, item, item_meta, f"{where}[{i}]") for i, v in enumerate(value))
         if len(value) != len(args):
             raise ValueError(f"{where}: expected {len(args)} items, got {len(value)}")
-        return tuple(_check(v, a, {}, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(check_value(v, a, {}, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
     if origin is dict:
         key_hint, value_hint = _args(hint)
         if not isinstance(value, (dict, types.MappingProxyType)):
@@ -271,8 +271,8 @@ def _check(value: Any, hint: Any, meta: dict, where: str) -> Any:
         key_meta = {"max": meta.get("item_max") or 64}
         checked = {}
         for k in sorted(value, key=repr):
-            ck = _check(k, key_hint, key_meta, f"{where} key")
-            checked[ck] = _check(value[k], value_hint, {}, f"{where}[{k!r}]")
+            ck = check_value(k, key_hint, key_meta, f"{where} key")
+            checked[ck] = check_value(value[k], value_hint, {}, f"{where}[{k!r}]")
         return types.MappingProxyType(checked)
     if isinstance(hint, type) and issubclass(hint, Struct):
         if not isinstance(value, hint):

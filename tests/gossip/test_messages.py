@@ -172,11 +172,11 @@ def test_heartbeat_without_swarm_size_is_refused_with_a_reason():
 
 
 def test_field_checkers_answer_as_the_general_check_does():
-    """gossip/schema.py `_checker`: the fast paths return a value exactly when `_check` would return it
-    unchanged, and anything else gets `_check`'s own answer (the same normalised value or error)."""
+    """gossip/schema.py `field_checker`: the fast paths return a value exactly when `check_value` would
+    return it unchanged, and anything else gets `check_value`'s own answer (the same normalised value or error)."""
     import math
 
-    from gossip.schema import _check, _checker
+    from gossip.schema import check_value, field_checker
     from gossip.messages import PeerAddrs
 
     cases = [
@@ -190,10 +190,10 @@ def test_field_checkers_answer_as_the_general_check_does():
         (tuple[PeerAddrs, ...], {"max": 2}, [(PeerAddrs("p", ("/a",)),), [PeerAddrs("p", ())], ("p",)]),
     ]
     for hint, meta, values in cases:
-        fast = _checker(hint, meta, "X.f")
+        fast = field_checker(hint, meta, "X.f")
         for value in values:
             try:
-                expected = ("ok", _check(value, hint, meta, "X.f"))
+                expected = ("ok", check_value(value, hint, meta, "X.f"))
             except (TypeError, ValueError) as exc:
                 expected = ("error", str(exc))
             try:
