@@ -273,9 +273,7 @@ class Membership:
                 continue
             silent = now - max(info.last_seen, awake_since)  # a silence we slept through does not count
             if info.state == ALIVE and silent > self.gone_threshold(info):
-                info.state = GONE
-                self.newcomers.mark(peer, False)
-                self._alive_n -= 1
+                self._turn_gone(peer, info)
                 info.next_dial = now + cfg.dial_backoff  # retried with backoff: a healed partition rejoins
                 effects.append(Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3)}))
                 if info.connected:
@@ -291,15 +289,19 @@ class Membership:
             heapq.heappush(due, entry)
         return effects
 
+    def _turn_gone(self, peer: str, info: PeerInfo) -> None:
+        """An alive entry turns gone, and the counts that follow it (live entries, live newcomers) with it."""
+        info.state = GONE
+        self.newcomers.mark(peer, False)
+        self._alive_n -= 1
+
     def link_dead(self, now: float, peer: str) -> list:
         """Our link to `peer` went silent (swarm/links.py): it is gone and the link is closed, as when its
         heartbeats stop, but judged in seconds at every swarm size instead of three stretched intervals."""
         info = self.peers.get(peer)
         effects: list = [Disconnect(peer, "silent")]
         if info is not None and info.state == ALIVE:
-            info.state = GONE
-            self.newcomers.mark(peer, False)
-            self._alive_n -= 1
+            self._turn_gone(peer, info)
             info.next_dial = now + self.config.dial_backoff
             effects.insert(0, Emit("peer-gone", {"peer": peer, "silent_for": round(now - info.last_seen, 3),
                                                  "link": True}))

@@ -28,8 +28,8 @@ class Newcomers:
     def __init__(self, per_net: int, total: int) -> None:
         self.per_net, self.total = per_net, total
         self.charged: dict[str, str] = {}  # newcomer -> its source network, in the order first charged
-        self.by_net: dict[str, set[str]] = {}  # source network -> its newcomers
         self.alive: set[str] = set()  # the charged newcomers alive now (a gone one holds no place)
+        self._charged_by_net: dict[str, int] = {}  # source network -> its newcomers (while any)
         self._alive_by_net: dict[str, int] = {}
         self.refused = 0  # heartbeats refused for the budget
 
@@ -49,7 +49,7 @@ class Newcomers:
             raise NoRoom(f"{self.total} peers nothing vouches for are alive here")
         self.uncharge(peer)  # a gone newcomer coming back is charged anew: the budget holds for it too
         self.charged[peer] = net
-        self.by_net.setdefault(net, set()).add(peer)
+        self._charged_by_net[net] = self._charged_by_net.get(net, 0) + 1
 
     def mark(self, peer: str, alive: bool) -> None:
         """`peer`'s entry turned alive or gone (a no-op for a peer not charged)."""
@@ -68,10 +68,9 @@ class Newcomers:
         self.mark(peer, False)
         net = self.charged.pop(peer, None)
         if net is not None:
-            mine = self.by_net[net]
-            mine.discard(peer)
-            if not mine:
-                del self.by_net[net]
+            self._charged_by_net[net] -= 1
+            if not self._charged_by_net[net]:
+                del self._charged_by_net[net]
                 self._alive_by_net.pop(net, None)
 
     def first_alive(self, room: int) -> list[str]:
@@ -88,4 +87,4 @@ class Newcomers:
 
     def snapshot(self) -> dict:
         return {"newcomers_alive": len(self.alive), "newcomers_charged": len(self.charged),
-                "newcomer_networks": len(self.by_net), "refused_newcomers": self.refused}
+                "newcomer_networks": len(self._charged_by_net), "refused_newcomers": self.refused}
