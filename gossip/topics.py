@@ -6,21 +6,28 @@ TASKS = "swarm/1/tasks"
 STATUS = "swarm/1/status"
 PROBE = "swarm/1/probe"
 GLOBAL_TOPICS = (TASKS, STATUS, PROBE)
-TASK_TOPIC_KINDS = ("rollouts", "verdicts", "weights")
+TASK_TOPIC_KINDS = ("rollouts", "verdicts", "weights")  # every peer that knows the task subscribes to these
+# ...and to this one only while it downloads or seeds one of the task's versions (swarm/roles/shards.py):
+# piece bitmaps concern the peers in the exchange, and a relay delivered every follower's bitmaps was
+# delivered more of them the more followers the swarm had (issue 27).
+PIECES = "pieces"
 
-# Which message kinds may appear on which topic; anything else is refused as wrong-topic.
+# Which message kinds may appear on which topic; anything else is refused as wrong-topic. `have` and
+# `want` stay allowed on `weights`, where peers of releases before the pieces topic publish them.
 KINDS_ON_GLOBAL = {TASKS: ("task",), STATUS: ("status",), PROBE: ("probe",)}
-KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "checkpoint", "have", "want")}
+KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "checkpoint", "have", "want"),
+                 PIECES: ("have", "want")}
 
 
 def task_topic(task_id: str, kind: str) -> str:
-    if kind not in TASK_TOPIC_KINDS:
+    if kind not in KINDS_ON_TASK:
         raise ValueError(f"unknown task topic kind {kind!r}")
     return f"swarm/1/{task_id}/{kind}"
 
 
-def task_topics(task_id: str) -> tuple[str, ...]:
-    return tuple(task_topic(task_id, kind) for kind in TASK_TOPIC_KINDS)
+def task_topics(task_id: str, pieces: bool = False) -> tuple[str, ...]:
+    """The topics every peer that knows the task subscribes to (with `pieces`: and the pieces topic)."""
+    return tuple(task_topic(task_id, kind) for kind in TASK_TOPIC_KINDS + ((PIECES,) if pieces else ()))
 
 
 def allowed_kinds(topic: str) -> tuple[str, ...]:

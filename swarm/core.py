@@ -236,6 +236,7 @@ class PeerCore:
                     self.membership.pace(self._uptime(now))
                 effects += self.pings.check(now)
                 effects += self.membership.sweep(now, self.links.judged()) + self.tasks.expire(now)
+                effects += self._forget_dropped(now)
                 self.pending.expire(now)
                 self.timers.set("sweep", now + self.config.sweep_interval)
             elif name == "maintain":
@@ -347,10 +348,16 @@ class PeerCore:
         task_id = signed.message.task_id
         new = task_id not in self.tasks.tasks
         effects = self.tasks.add(now, signed, own, via)
+        effects += self._forget_dropped(now)  # a task it evicted
         if new:
             for role in self.roles:
                 effects += role.on_task(now, self.tasks.tasks[task_id])
         return effects
+
+    def _forget_dropped(self, now: float) -> list:
+        """Tasks that left the table: the exchange and the roles let go (a trainer's next job crashed on them)."""
+        dropped, self.tasks.dropped = self.tasks.dropped, []
+        return [e for t in dropped for e in self.shards.forget_task(t) + sum((r.forget_task(now, t) for r in self.roles), [])]
 
     def _on_task_message(self, now: float, topic: str, signed: SignedMessage, signer: str) -> list:
         """Rollouts, verdicts and weight messages: accepted for known tasks and relayed."""
@@ -363,11 +370,10 @@ class PeerCore:
         task = self.tasks.tasks[task_id].task
         effects: list = []
         self.trust.authorise(task, signed)
-        if isinstance(signed.message, WeightManifest):
-            self.tasks.heard_manifest(task_id, now)  # authorised above: signed by one of its trainers
         if isinstance(signed.message, ShardHave):
             effects += self.shards.on_have(now, signed.message, signer)
         if isinstance(signed.message, WeightManifest):
+            self.tasks.heard_manifest(task_id, now)  # authorised above: signed by one of its trainers
             effects += self._judge_chain(now, task, signed)
         if isinstance(signed.message, TrainerCheckpoint):
             self.chains.of(task_id, TaskParams.of(task).takeover_s).judge_checkpoint(task, signed.message, signed.signer)
@@ -399,15 +405,11 @@ class PeerCore:
     def _on_request(self, now: float, inp: RequestReceived) -> list:
         if self.ledger.is_banned(inp.peer):
             return [Respond(inp.request_id, error=errors.BANNED)]
-        if inp.protocol == protocols.SYNC:
-            return self.sync.answer(now, inp)
         if inp.protocol == protocols.SHARD:
             return self.shards.on_request(now, inp.peer, inp.request_id, inp.data)
-        if inp.protocol == protocols.CHECK:
-            return self._on_check_request(now, inp)
-        if inp.protocol == protocols.PING:
-            return self.pings.on_ping(now, inp)
-        return [Respond(inp.request_id, error="unsupported-protocol")]
+        answer = {protocols.PING: self.pings.on_ping, protocols.SYNC: self.sync.answer,
+                  protocols.CHECK: self._on_check_request}.get(inp.protocol)
+        return answer(now, inp) if answer is not None else [Respond(inp.request_id, error="unsupported-protocol")]
 
     def _on_check_request(self, now: float, inp: RequestReceived) -> list:
         """A trainer asks us to check a commitment (swarm/roles/quorum.py): the request is the worker's

@@ -76,6 +76,7 @@ class TaskBook:
         self.trainer_silence = trainer_silence
         self.per_network = per_network
         self.per_trainer = per_trainer
+        self.dropped: list[str] = []  # tasks dropped since the core last asked (its roles forget them)
         self.tasks: dict[str, KnownTask] = {}
         self._manifest_at: dict[str, float] = {}  # task id -> when a manifest by one of its trainers came
         self._sync_pending: dict[str, float] = {}  # task id -> when we may ask again
@@ -161,9 +162,11 @@ class TaskBook:
 
     def _drop(self, task_id: str, event: str) -> list:
         del self.tasks[task_id]
+        self.dropped.append(task_id)
         self._named.clear()
         self._manifest_at.pop(task_id, None)
-        return [Unsubscribe(t) for t in topics.task_topics(task_id)] + [Emit(event, {"task_id": task_id})]
+        # the pieces topic too: the exchange may still hold a version of the task (swarm/roles/shards.py)
+        return [Unsubscribe(t) for t in topics.task_topics(task_id, pieces=True)] + [Emit(event, {"task_id": task_id})]
 
     def expire(self, now: float) -> list:
         effects: list = []

@@ -22,6 +22,13 @@ class Role:
     def on_task(self, now: float, known: "KnownTask") -> list:
         return []
 
+    def forget_task(self, now: float, task_id: str) -> list:
+        """The task left this peer's table (expired or evicted): its state goes, so a job, request or timer
+        of it that ends later finds nothing to act on. A role that holds weights blobs for it lets go of
+        them here (the exchange drops the task's shards: ShardsRole.forget_task)."""
+        getattr(self, "tasks", {}).pop(task_id, None)
+        return []
+
     def on_message(self, now: float, signed: "SignedMessage", signer: str) -> list:
         """A validated task message (rollout, verdict, manifest); may raise Rejected."""
         return []

@@ -87,6 +87,14 @@ class PolicyFollower:
         return effects + [Emit("chain-followed", {"task_id": self.task_id, "term": chain[0], "rank": chain[1],
                                                   "from_term": old[0], "from_rank": old[1]})]
 
+    def forget(self) -> list:
+        """The task is gone: let go of every unpacked version (its shards go with the exchange's downloads)."""
+        if self.ctx is None:
+            return []
+        effects = self.ctx.release_blobs(self, list(self.held.values()))
+        self.held, self.manifests, self.signers, self.wanted, self.ready = {}, {}, {}, set(), set()
+        return effects
+
     @property
     def term(self) -> int:
         return self.chain[0] if self.chain is not None else 0

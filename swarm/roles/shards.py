@@ -2,11 +2,16 @@
 
 Every peer has one (`PeerCore.shards`), whatever its roles: it serves the pieces it holds on
 `/swarm/shard/2` (swarm/pieces.py: of stored shards from disk, of shards still being fetched from
-memory), publishes `ShardHave` piece bitmaps on the task's weights topic, fetches what a follower
+memory), publishes `ShardHave` piece bitmaps on the task's pieces topic, fetches what a follower
 (worker, validator) or anyone else asked for, and blames peers that serve bad bytes through the
 reputation ledger. Owners (a `PolicyFollower`, the trainer) register the versions they need with
 `want` / `seed` and `release` them when they are old; a released version's shards are garbage-
 collected (`KeepShards`) once no owner needs them.
+
+The pieces topic is joined while the exchange holds a version of the task (downloading or seeding)
+and left when it holds none: a relay that fetches nothing is never delivered a bitmap. Followers not
+linked to each other still meet: each dials a holder (`reach_holders`), and holders are learnt from
+manifests and heartbeats as well as from bitmaps.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from swarm import protocols
 from swarm.context import RoleContext
 from swarm.exchange import Announce, Blame, Check, Done, ExchangeConfig, Fetch, ShardExchange, Store, Want
 from swarm.shardwire import decode_request, encode_request
-from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard
+from swarm.io import CheckShards, Emit, KeepShards, Respond, RespondShard, StoreShard, Subscribe, Unsubscribe
 from swarm.roles.base import Role
 
 HOLDER_LINKS = 2  # extra links a peer may open to reach holders of a version it is missing
@@ -45,6 +50,7 @@ class ShardsRole(Role):
         self.refused = 0
         self.serves = not ctx.runs_role("leech")  # a leech (bench baseline) only downloads
         self.dialed: dict[str, float] = {}  # holders we dialed to fetch from -> when
+        self.joined: set[str] = set()  # tasks whose pieces topic we are subscribed to
 
     # ---- what owners ask
 
@@ -56,15 +62,16 @@ class ShardsRole(Role):
             return owner.on_shards_done(now, msg.root)
         if owner not in self.waiting.setdefault(msg.root, []):
             self.waiting[msg.root].append(owner)
+        joined = self._join(msg.task_id)
         actions = self.exchange.add(now, want_of(msg))
         if source and source != self.ctx.peer_id:
             actions += self.exchange.on_holder_of(now, source, msg.root)
-        return self._carry(now, actions)
+        return joined + self._carry(now, actions)
 
     def seed(self, now: float, msg: WeightManifest, owner) -> list:
         """We made this version (its shards are in our store): serve it."""
         self.owners.setdefault(msg.root, set()).add(id(owner))
-        return self._carry(now, self.exchange.add(now, want_of(msg), held=True))
+        return self._join(msg.task_id) + self._carry(now, self.exchange.add(now, want_of(msg), held=True))
 
     def release(self, now: float, root: bytes, owner) -> list:
         users = self.owners.get(root)
@@ -75,8 +82,31 @@ class ShardsRole(Role):
             return []
         del self.owners[root]
         self.waiting.pop(root, None)
+        d = self.exchange.downloads.get(root)
         self.exchange.drop(root)
-        return [KeepShards(self.exchange.keep())]
+        left = []
+        if d is not None and (task_id := d.want.task_id) in self.joined and not any(
+                other.want.task_id == task_id for other in self.exchange.downloads.values()):
+            self.joined.discard(task_id)
+            left = [Unsubscribe(topics.task_topic(task_id, topics.PIECES))]
+        return [KeepShards(self.exchange.keep())] + left
+
+    def forget_task(self, task_id: str) -> list:
+        """The task left the table (its topics, the pieces topic too, were left with it): every version of
+        it goes, whoever owned it."""
+        self.joined.discard(task_id)
+        roots = [root for root, d in self.exchange.downloads.items() if d.want.task_id == task_id]
+        for root in roots:
+            self.owners.pop(root, None)
+            self.waiting.pop(root, None)
+            self.exchange.drop(root)
+        return [KeepShards(self.exchange.keep())] if roots else []
+
+    def _join(self, task_id: str) -> list:
+        if task_id in self.joined or not self.ctx.follows_task(task_id):
+            return []
+        self.joined.add(task_id)
+        return [Subscribe(topics.task_topic(task_id, topics.PIECES))]
 
     # ---- inputs the core routes here
 
@@ -204,7 +234,7 @@ class ShardsRole(Role):
                     continue
                 have = ShardHave(task_id=a.task_id, root=a.root, version=a.version, bitmap=a.bitmap, sent_at=now)
                 if self.ctx.follows_task(a.task_id):
-                    effects += self.ctx.publish(now, topics.task_topic(a.task_id, "weights"), have)
+                    effects += self.ctx.publish(now, topics.task_topic(a.task_id, topics.PIECES), have)
             elif isinstance(a, Done):
                 d = self.exchange.downloads.get(a.root)
                 if d is not None:

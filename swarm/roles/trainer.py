@@ -366,6 +366,13 @@ class TrainerRole(Role):
         self.ctx.timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
         return effects
 
+    def forget_task(self, now: float, task_id: str) -> list:
+        state = self.tasks.pop(task_id, None)
+        if state is None:
+            return []
+        effects = state.policy.forget() if state.policy is not None else []
+        return effects + self.ctx.release_blobs(self, list(set(state.weights_by_version.values())))
+
     def on_timer(self, now, name) -> list:
         _, task_id, what = name.split(":")
         state = self.tasks.get(task_id)

@@ -80,6 +80,10 @@ class ValidatorRole(Role):
         state = self.tasks.get(task_id)
         return state.queue.finished(now, commitment_id, done) if state else []
 
+    def forget_task(self, now: float, task_id: str) -> list:
+        state = self.tasks.pop(task_id, None)
+        return state.policy.forget() if state is not None else []
+
     def on_timer(self, now, name) -> list:
         _, task_id, what = name.split(":")
         state = self.tasks.get(task_id)

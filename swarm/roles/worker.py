@@ -226,6 +226,10 @@ class WorkerRole(Role):
                                                    "reward": round(result.mean_reward, 4)}))
         return effects + self._maybe_generate(now, state)
 
+    def forget_task(self, now: float, task_id: str) -> list:
+        state = self.tasks.pop(task_id, None)
+        return state.policy.forget() if state is not None else []
+
     def on_timer(self, now, name) -> list:
         _, task_id, what = name.split(":")
         state = self.tasks.get(task_id)

@@ -61,15 +61,20 @@ PINNED = {
     # Moved by the text of a stale heartbeat's rejection only (it names the seq it was judged against, a
     # gossiped one's or any): smoke was 45ba7213..., adversarial 11cc8b77..., churn-compressed 6eb3b393...,
     # trainer-failover f3bfc546..., scaling 8a7fa8b8...
-    "smoke": "36d9d837e78811dfe3e8ca90dd87c7b06c2047172517a985c83db47885262217",
-    "adversarial": "380c4ffab1aaed1dbbf1c80dc795c36dbc549c5bc9d41c51e78fbf7af352b6d5",
-    "churn-compressed": "40a22250f7c792c2f422fed8f4c21aa83544bda1a7203ef275272bd5c592bfad",
-    "trainer-failover": "1588aaf3df02b45e98aa16805eb9fa9275a49426225f2e6d1c50ae2e6043120a",
+    # Moved when piece bitmaps (ShardHave) went to a task's pieces topic, joined only by peers that hold
+    # or fetch one of its versions (a relay was delivered every follower's bitmaps). Rollouts trained:
+    # smoke 28 -> 28, adversarial 64 -> 64, churn-compressed 28 -> 28, trainer-failover 308 -> 312,
+    # scaling 139 -> 140. Was: smoke 36d9d837..., adversarial 380c4ffa..., churn-compressed 40a22250...,
+    # trainer-failover 1588aaf3...
+    "smoke": "fbd3e0b7799627699ce0b86b32654f3ac23dd4a6cca1c5afd635476a7a146075",
+    "adversarial": "6d41c6f92d3e36136d73a96d1405c0305d68578878a26c8acf74ebbb5f9b2093",
+    "churn-compressed": "c05c8c89b760b22d18539d7169138a61f6c1ee4c2c2c7c7ab4ec1426b6aea3a9",
+    "trainer-failover": "5faab33119e8a1f89d3604640f45656aa1223fd0c6d674cc80e60636c565cee2",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
-    # 1d1ae34a...
-    "scaling": "b257b0a372f659b2bb736871f022a866a6c56e926aef90b4bd5c7ed55825578e",
+    # 1d1ae34a...; moved by the pieces topic (above): was b257b0a3...
+    "scaling": "bde2636f304ff9e4ea90a3c3669721f3d990cc7a3a70bcf0482612b4cf9eddbd",
 }
 
 

@@ -63,7 +63,8 @@ def _run():
 # same scenario, same trace (moved when relays stopped gossiping heartbeats: was 3c4fac55...)
 # Moved by the newcomer budget (tests/simulator/test_scenarios.py says how): was c11db3f9...
 # Moved by the text of a stale heartbeat's rejection only: was 5af7cf5e...
-PINNED = "e968edcd54a20edba691000b219285bf47228faebde6f2372133a499d59e6262"
+# Moved by the pieces topic (piece bitmaps reach only the peers in the exchange): was e968edcd...
+PINNED = "2bcd585e9126886bd752a33561b3429cd0fb0b67462ba06b8b2b4a943b691ac5"
 
 
 def test_half_the_swarm_upgraded_trains_on_with_nobody_banned():
