@@ -33,6 +33,7 @@ from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBoo
 from swarm.context import Pending, RoleContext
 from swarm.forkchoice import Chains
 from swarm.intake import KEPT, Intake
+from swarm.linkbeat import LinkBeat
 from swarm.links import LinkConfig, Links
 from swarm.io import (Ban, DialFailed, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
                       PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
@@ -139,6 +140,7 @@ class PeerCore:
                            config.links.ping_timeout, lambda: self.started_at is not None, self._signed_beat,
                            lambda now, beat, peer: self._on_heartbeat(now, beat, peer, peer, gossip=False))
         self._heartbeat_seq = -1
+        self.link_beat = LinkBeat()
         # (interval, swarm size) our last gossiped heartbeat declared; None until the first is out (a
         # heartbeat in a ping does not count: the first on gossip still waits for a swarm size)
         self._pace: tuple[float, int] | None = None
@@ -256,20 +258,18 @@ class PeerCore:
     def _uptime(self, now: float) -> float:
         return now - self.started_at if self.started_at is not None else 0.0
 
-    def _signed_beat(self, now: float) -> bytes:
-        """Our heartbeat for a link (swarm/pings.py): the interval of our last gossiped one (the pace the
-        neighbour should expect of our gossip), our swarm size estimate as it is now, and a peer exchange
-        sample (a relay gossips no heartbeat: its links are how peers learn addresses). Newcomers borrow the median of the sizes their peers declare
-        (Membership.pace), and in a flash crowd most links are to newcomers: so before our first gossiped
-        heartbeat we declare no size (our count of the few peers heard so far is no estimate), and after
-        it our current one (the one we gossiped was made when we knew fewer), else they pull each other's
-        estimates, and intervals, down."""
+    def _signed_beat(self, now: float, fresh: bool = False) -> bytes:
+        """Our heartbeat for a link (swarm/pings.py; one signed for a burst: swarm/linkbeat.py): the interval
+        of our last gossiped one (the pace the neighbour should expect of our gossip), our swarm size
+        estimate as it is now, and a peer exchange sample (a relay gossips no heartbeat: its links are how
+        peers learn addresses). Newcomers borrow the median of the sizes their peers declare (Membership.pace),
+        and in a flash crowd most links are to newcomers: so before our first gossiped heartbeat we declare
+        no size (our count of the few peers heard so far is no estimate), and after it our current one."""
         interval, size = self.membership.pace(self._uptime(now))
-        if self._pace is None:
-            size = 0
-        else:
-            interval = self._pace[0]
-        return seal(self.identity, self._heartbeat(now, interval, size)).wire
+        interval, size = (interval, 0) if self._pace is None else (self._pace[0], size)
+        key = (self.tasks.ids(), tuple(self.versions.items()), self.listen_addrs)
+        return self.link_beat.get(now, interval, key, lambda: seal(self.identity, self._heartbeat(now, interval, size)).wire,
+                                  lambda: self._heartbeat_seq, fresh)
 
     def _heartbeat(self, now: float, interval: float, size: int = 0, exchange: bool = True) -> StatusHeartbeat:
         # Milliseconds since the epoch as the floor of seq: a restarted peer's seq still grows.

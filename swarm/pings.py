@@ -21,7 +21,7 @@ from swarm.links import Links, answered
 
 class Pings:
     def __init__(self, links: Links, membership, pending, stall, penalise: Callable, open_envelope: Callable,
-                 timeout: float, listening: Callable[[], bool], signed_beat: Callable[[float], bytes],
+                 timeout: float, listening: Callable[[], bool], signed_beat: Callable[[float, bool], bytes],
                  on_heartbeat: Callable[[float, StatusHeartbeat, str], list]) -> None:
         self.links = links
         self.membership = membership
@@ -31,7 +31,7 @@ class Pings:
         self.open = open_envelope
         self.timeout = timeout
         self.listening = listening  # before Started we have no addresses to tell
-        self.signed_beat = signed_beat  # our heartbeat for a link
+        self.signed_beat = signed_beat  # our heartbeat for a link (fresh: signed now, for a shuffle)
         self.on_heartbeat = on_heartbeat
 
     def check(self, now: float) -> list:
@@ -52,7 +52,7 @@ class Pings:
             return []  # the link is pinged once it has been silent
         self.links.pinged(now, peer)
         introduce = self.links.reintroduce(peer, now) if shuffle else self.links.introduce(peer, now)
-        data = self.signed_beat(now) if introduce else b""
+        data = self.signed_beat(now, shuffle) if introduce else b""
         return [self.pending.request(now, None, None, peer, protocols.PING, data, self.timeout)]
 
     def shuffle(self, now: float, rng) -> list:
@@ -69,9 +69,11 @@ class Pings:
         one) not for `shuffle_every`."""
         effects, fresh = self._beat(now, inp.peer, inp.data)
         data = b""
-        if inp.data and self.listening() and (self.links.introduce(inp.peer, now)
-                                              or (fresh and self.links.reintroduce(inp.peer, now))):
-            data = self.signed_beat(now)
+        if inp.data and self.listening():
+            if self.links.introduce(inp.peer, now):
+                data = self.signed_beat(now, False)
+            elif fresh and self.links.reintroduce(inp.peer, now):
+                data = self.signed_beat(now, True)  # a shuffle's answer: a sample of our links as they are now
         return [Respond(inp.request_id, data)] + effects
 
     def on_answer(self, now: float, inp: ResponseReceived) -> list:

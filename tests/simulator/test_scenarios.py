@@ -66,15 +66,18 @@ PINNED = {
     # smoke 28 -> 28, adversarial 64 -> 64, churn-compressed 28 -> 28, trainer-failover 308 -> 312,
     # scaling 139 -> 140. Was: smoke 36d9d837..., adversarial 380c4ffa..., churn-compressed 40a22250...,
     # trainer-failover 1588aaf3...
-    "smoke": "fbd3e0b7799627699ce0b86b32654f3ac23dd4a6cca1c5afd635476a7a146075",
-    "adversarial": "6d41c6f92d3e36136d73a96d1405c0305d68578878a26c8acf74ebbb5f9b2093",
-    "churn-compressed": "c05c8c89b760b22d18539d7169138a61f6c1ee4c2c2c7c7ab4ec1426b6aea3a9",
-    "trainer-failover": "5faab33119e8a1f89d3604640f45656aa1223fd0c6d674cc80e60636c565cee2",
+    # Moved when links opened in a burst shared one signed heartbeat (swarm/linkbeat.py; a shuffle's is
+    # signed anew). Rollouts trained unchanged. Was: smoke fbd3e0b7..., adversarial 6d41c6f9...,
+    # churn-compressed c05c8c89..., trainer-failover 5faab331..., scaling bde2636f...
+    "smoke": "23a50dbdf324ebdc62aa6eee47bab81fd7ba845fb650ddb9d829029014c26980",
+    "adversarial": "9056c6e0850d6ff9f4d857e9ab1826e4b6ffa4f652124f6af3852f5d67f778fa",
+    "churn-compressed": "06381a148b2c951b4b7e983e8a846d45ba23b1d52f43d4c59542cdbcd08c9d09",
+    "trainer-failover": "2981d164828d467f809f14dd7260a775d4f5a0e0a1968e7e29ff873a885ae059",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...; moved by the pieces topic (above): was b257b0a3...
-    "scaling": "bde2636f304ff9e4ea90a3c3669721f3d990cc7a3a70bcf0482612b4cf9eddbd",
+    "scaling": "331583026e6243de163b08a747cedcf7ff7e36c198daa384538443601f1eb8d2",
 }
 
 

@@ -252,3 +252,33 @@ def test_a_newcomers_link_heartbeat_declares_no_size_and_a_settled_peers_its_est
     a.membership.on_heartbeat(T0 + 2, d.peer_id, d._heartbeat(T0 + 2, 300.0, 4))  # then we hear one more
     later = link_beat(a.handle(T0 + 3, PeerConnected(e.peer_id)))
     assert later.interval == gossiped[0] and later.peers == a.membership.pace(3.0)[1] > gossiped[1]
+
+
+def test_links_opened_in_a_burst_share_one_signed_heartbeat_until_it_is_old_or_says_something_stale():
+    """Signing a heartbeat per link (and opening each at the other end) was a tenth of a big simulated
+    run: links opened within our heartbeat interval (at most 10 s) get the same signed one, unless what it
+    says of us changed (versions held, tasks, addresses) or a newer heartbeat was signed since. A shuffle's
+    is always signed now (its point is a sample of our links as they are now)."""
+    from swarm.linkbeat import REUSE_FOR
+
+    def beat(core, at, peer):
+        [ping] = [x for x in core.handle(at, PeerConnected(peer.peer_id)) if isinstance(x, SendRequest)]
+        return ping.data
+
+    a, *others = cores(7)  # SLOW: a's interval is 300 s, so the window is REUSE_FOR
+    a.handle(T0, Started(("/mem/a",)))
+    b, c, d, e, f, g = others
+    first = beat(a, T0 + 1, b)
+    assert beat(a, T0 + 1.5, c) == first, "a burst of links shares one signature"
+    later = beat(a, T0 + 1 + REUSE_FOR, d)
+    assert later != first, "at most REUSE_FOR old"
+    a.versions["t" * 16] = 3
+    changed = beat(a, T0 + 2 + REUSE_FOR, e)
+    assert changed != later, "a beat that no longer says what we hold is signed anew"
+    shuffle = a._signed_beat(T0 + 2.5 + REUSE_FOR, fresh=True)
+    assert shuffle not in (changed, later)
+    assert beat(a, T0 + 3 + REUSE_FOR, f) == shuffle, "...and serves the links after it"
+    assert (a.link_beat.signed, a.link_beat.reused) == (4, 2)
+    fast, h = cores(2, membership=MembershipConfig())  # a small swarm's 2-s interval bounds the window
+    fast.handle(T0, Started(("/mem/fast",)))
+    assert beat(fast, T0 + 1, h) != beat(fast, T0 + 3.5, g)
