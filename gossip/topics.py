@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 TASKS = "swarm/1/tasks"
 STATUS = "swarm/1/status"
 PROBE = "swarm/1/probe"
@@ -30,6 +32,7 @@ def task_topics(task_id: str, pieces: bool = False) -> tuple[str, ...]:
     return tuple(task_topic(task_id, kind) for kind in TASK_TOPIC_KINDS + ((PIECES,) if pieces else ()))
 
 
+@lru_cache(maxsize=4096)  # asked for every message received; a runtime hands only subscribed topics
 def allowed_kinds(topic: str) -> tuple[str, ...]:
     """Message kinds permitted on `topic`; empty for a topic we do not know."""
     if topic in KINDS_ON_GLOBAL:
@@ -40,6 +43,7 @@ def allowed_kinds(topic: str) -> tuple[str, ...]:
     return ()
 
 
+@lru_cache(maxsize=4096)
 def task_of_topic(topic: str) -> str | None:
     parts = topic.split("/")
     if len(parts) == 4 and parts[0] == "swarm" and parts[3] in KINDS_ON_TASK:

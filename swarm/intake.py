@@ -19,7 +19,9 @@ Forwarder ids are free too, so the same budget also holds for all forwarders of 
 since honest peers may share a network with the spammer.
 
 A handler may take a message and still stop it here (`KEPT`: a heartbeat nothing vouches for,
-swarm/core.py `_relays`): it counts as accepted, and gossip is told not to relay it.
+swarm/core.py `_relays`): it counts as accepted, and gossip is told not to relay it. It earns no
+reputation: nothing vouches for its signer, and a flood of keys minted one per heartbeat made a ledger
+record per key (each evicting another) and credited nobody but the flooder's own keys.
 """
 
 from __future__ import annotations
@@ -128,10 +130,10 @@ class Intake:
             return [MessageVerdict(False, rej.reason)] + self.penalise(now, blame, rej)
         self.accepted += 1
         self.stats.on_received(inp.topic, len(inp.data), accepted=True)
-        ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
         if effects and effects[0] is KEPT:
             self.kept += 1
             return effects
+        ledger.accept_relayed(signer, forwarder, now)  # relaying valid traffic is good behaviour too
         return [ACCEPTED] + effects
 
     def _unknown_kind(self, now: float, unknown: UnknownKind, signer: str) -> Rejected:

@@ -69,8 +69,10 @@ PINNED = {
     # Moved when links opened in a burst shared one signed heartbeat (swarm/linkbeat.py; a shuffle's is
     # signed anew). Rollouts trained unchanged. Was: smoke fbd3e0b7..., adversarial 6d41c6f9...,
     # churn-compressed c05c8c89..., trainer-failover 5faab331..., scaling bde2636f...
+    # Moved when a kept heartbeat (taken, not relayed) stopped earning its signer and forwarder credit:
+    # adversarial was 9056c6e0... (64 rollouts trained, as before); the others did not move.
     "smoke": "23a50dbdf324ebdc62aa6eee47bab81fd7ba845fb650ddb9d829029014c26980",
-    "adversarial": "9056c6e0850d6ff9f4d857e9ab1826e4b6ffa4f652124f6af3852f5d67f778fa",
+    "adversarial": "800f70fb699ca3c6126fbe4fd2a091adb91f9629858f47f8a8ab74e35cc4089d",
     "churn-compressed": "06381a148b2c951b4b7e983e8a846d45ba23b1d52f43d4c59542cdbcd08c9d09",
     "trainer-failover": "2981d164828d467f809f14dd7260a775d4f5a0e0a1968e7e29ff873a885ae059",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were

@@ -162,6 +162,24 @@ def test_a_heartbeat_past_the_budget_is_still_relayed_when_it_names_a_task_we_ho
     assert verdicts["names"].accepted and not verdicts["none"].accepted and verdicts["none"].reason == errors.KEPT
 
 
+def test_a_kept_heartbeat_earns_its_signer_and_its_forwarder_nothing():
+    """Nothing vouches for a kept heartbeat's signer: a flood of keys minted one per heartbeat made a
+    ledger record per key (each evicting another), where a relayed one credits its signer."""
+    relay = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("relay",)), seed=2)
+    t = task()
+    relay.tasks.add(T0, seal(ALICE, t))
+    records = {}
+    for name, tasks in (("names", (t.task_id,)), ("none", ())):
+        key = Identity(bytes([len(records) + 7]) * 32)
+        beat_ = StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=("worker",), agent="t", listen_addrs=(),
+                                tasks=tasks, versions={}, known_peers=(), peers=0)
+        out = relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))
+        assert out[0].accepted == (name == "names") and key.peer_id in relay.membership.peers  # both taken
+        records[name] = relay.ledger.get(key.peer_id)
+    assert records["names"] is not None and records["names"].accepted == 1
+    assert records["none"] is None and relay.ledger.get("flooder") is None
+
+
 def test_the_kept_counts_match_a_scan_of_the_table_under_random_traffic():
     """Newcomers keeps its alive counts as entries turn alive and gone (a rescan per admission was a tenth
     of a 3,000-peer flood run), and so does the table its count of live entries: after every step they
