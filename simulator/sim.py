@@ -33,7 +33,7 @@ from simulator.loop import EventLoop
 from simulator.network import LinkProfile, Network
 from simulator.scenario import PeerGroup, Scenario, core_config, gossip_config, real_role_jobs
 from simulator.streams import Streams
-from simulator.trace import Trace
+from simulator.trace import Trace, canonical_fields
 from swarm.core import PeerCore
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, Disconnect, DropBlobs, Emit, KeepShards, LocalCommand,
                       MessageReceived, MessageVerdict, Publish, Respond, RespondShard, RunJob, SendRequest, Started,
@@ -125,6 +125,8 @@ class Simulation:
         self._region_rr: dict[str, int] = {}
         self.attack_until = s.duration - s.settle
         self._observe_deliver = trace.observed("deliver")
+        self._observe_reject = trace.observed("reject")
+        self._reason_json: dict[str, str] = {}
         self.counts = {"deliveries": 0, "core_calls": 0, "rejected": 0}
         self.effect_handlers = {
             Publish: self._do_publish, Subscribe: self._do_subscribe, Unsubscribe: self._do_unsubscribe,
@@ -309,7 +311,14 @@ class Simulation:
                 node.behaviour.on_accepted(self.actions, node, msg.topic, msg.data)
         else:
             self.counts["rejected"] += 1
-            self.trace.record(now, j, "reject", {"m": msg.hex, "from": i, "why": verdict.reason})
+            # Hand-built too (a flood's kept heartbeats make it the second hottest): the reason's JSON once.
+            why = self._reason_json.get(verdict.reason) or self._reason_json.setdefault(
+                verdict.reason, canonical_fields(verdict.reason))
+            body = f'{{"from":{i},"m":"{msg.hex}","why":{why}}}'
+            if self._observe_reject:
+                self.trace.record_raw(now, j, "reject", body, {"from": i, "m": msg.hex, "why": verdict.reason})
+            else:
+                self.trace.line(now, j, "reject", body)
         if len(effects) > 1:
             self._carry_out(node, effects[1:])
             if not node.up:
