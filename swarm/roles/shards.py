@@ -80,10 +80,8 @@ class ShardsRole(Role):
         users.discard(id(owner))
         if users:
             return []
-        del self.owners[root]
-        self.waiting.pop(root, None)
         d = self.exchange.downloads.get(root)
-        self.exchange.drop(root)
+        self._drop(root)
         left = []
         if d is not None and (task_id := d.want.task_id) in self.joined and not any(
                 other.want.task_id == task_id for other in self.exchange.downloads.values()):
@@ -97,10 +95,14 @@ class ShardsRole(Role):
         self.joined.discard(task_id)
         roots = [root for root, d in self.exchange.downloads.items() if d.want.task_id == task_id]
         for root in roots:
-            self.owners.pop(root, None)
-            self.waiting.pop(root, None)
-            self.exchange.drop(root)
+            self._drop(root)
         return [KeepShards(self.exchange.keep())] if roots else []
+
+    def _drop(self, root: bytes) -> None:
+        """A version nobody here needs any more: its owners, its waiters and its download go."""
+        self.owners.pop(root, None)
+        self.waiting.pop(root, None)
+        self.exchange.drop(root)
 
     def _join(self, task_id: str) -> list:
         if task_id in self.joined or not self.ctx.follows_task(task_id):

@@ -143,21 +143,32 @@ def test_a_task_vouches_for_its_trainer_only_where_a_role_works_on_it():
     assert trainer.peer_id in worker.membership.counted_peers()
 
 
+def relay_holding_a_task() -> tuple[PeerCore, str]:
+    relay = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("relay",)), seed=2)
+    t = task()
+    relay.tasks.add(T0, seal(ALICE, t))
+    return relay, t.task_id
+
+
+def gossip_fresh_beats(relay: PeerCore, task_id: str, role: str):
+    """A heartbeat from a fresh key naming the task, then one from another naming none, as the flooder
+    forwards them: (name, key, the relay's verdict) for each."""
+    for n, (name, tasks) in enumerate((("names", (task_id,)), ("none", ()))):
+        key = Identity(bytes([n + 7]) * 32)
+        beat_ = StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=(role,), agent="t", listen_addrs=(),
+                                tasks=tasks, versions={}, known_peers=(), peers=0)
+        yield name, key, relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))[0]
+
+
 def test_a_heartbeat_past_the_budget_is_still_relayed_when_it_names_a_task_we_hold():
     """Gossip judges a message at its first arrival only: a flooder that relays an honest trainer's
     heartbeat to us first must not get it dropped here for good. Past the budget it makes no entry,
     and is relayed if it names a task we hold, kept otherwise."""
-    relay = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("relay",)), seed=2)
-    t = task()
-    relay.tasks.add(T0, seal(ALICE, t))
+    relay, task_id = relay_holding_a_task()
     relay.membership.newcomers.per_net = 0  # the flooder's network has spent its budget
     verdicts = {}
-    for name, tasks in (("names", (t.task_id,)), ("none", ())):
-        key = Identity(bytes([len(verdicts) + 7]) * 32)
-        beat_ = StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=("trainer",), agent="t", listen_addrs=(),
-                                tasks=tasks, versions={}, known_peers=(), peers=0)
-        out = relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))
-        verdicts[name] = out[0]
+    for name, key, verdict in gossip_fresh_beats(relay, task_id, "trainer"):
+        verdicts[name] = verdict
         assert key.peer_id not in relay.membership.peers  # no entry either way
     assert verdicts["names"].accepted and not verdicts["none"].accepted and verdicts["none"].reason == errors.KEPT
 
@@ -165,16 +176,10 @@ def test_a_heartbeat_past_the_budget_is_still_relayed_when_it_names_a_task_we_ho
 def test_a_kept_heartbeat_earns_its_signer_and_its_forwarder_nothing():
     """Nothing vouches for a kept heartbeat's signer: a flood of keys minted one per heartbeat made a
     ledger record per key (each evicting another), where a relayed one credits its signer."""
-    relay = PeerCore(Identity(b"\x02" * 32), CoreConfig(roles=("relay",)), seed=2)
-    t = task()
-    relay.tasks.add(T0, seal(ALICE, t))
+    relay, task_id = relay_holding_a_task()
     records = {}
-    for name, tasks in (("names", (t.task_id,)), ("none", ())):
-        key = Identity(bytes([len(records) + 7]) * 32)
-        beat_ = StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=("worker",), agent="t", listen_addrs=(),
-                                tasks=tasks, versions={}, known_peers=(), peers=0)
-        out = relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))
-        assert out[0].accepted == (name == "names") and key.peer_id in relay.membership.peers  # both taken
+    for name, key, verdict in gossip_fresh_beats(relay, task_id, "worker"):
+        assert verdict.accepted == (name == "names") and key.peer_id in relay.membership.peers  # both taken
         records[name] = relay.ledger.get(key.peer_id)
     assert records["names"] is not None and records["names"].accepted == 1
     assert records["none"] is None and relay.ledger.get("flooder") is None
