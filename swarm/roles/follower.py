@@ -11,8 +11,9 @@ version forward (the trainer re-announces that chain). A follower follows one tr
 `(term, rank)` (swarm/forkchoice.py: a term's first version is full, so its chain back to the last
 full version is its own); a manifest of a better chain (the core's fork choice refuses worse ones)
 drops everything held of the old one and starts over on the new. Versions older than the window (`keep`)
-plus a margin are released: their shards are garbage-collected and their weights blobs deleted
-once no other role of this peer holds them (`RoleContext.release_blobs`).
+plus a margin are released, but not the deltas leading on from the newest installed: their shards are
+garbage-collected and their weights blobs deleted once no other role of this peer holds them
+(`RoleContext.release_blobs`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class PolicyFollower:
         known = self.manifests.get(msg.version)
         if known is not None and known.root != msg.root:
             return [Emit("weights-conflict", {"task_id": self.task_id, "version": msg.version})]
-        if msg.version < self.latest - self.keep - MARGIN or msg.version in self.held:
+        if msg.version in self.held or (msg.version < self.latest - self.keep - MARGIN and not self._ahead(msg.version)):
             return []
         self.manifests[msg.version] = msg
         self.signers[msg.version] = signer
@@ -185,13 +186,20 @@ class PolicyFollower:
                 released.append(self.held.pop(v))
         effects += self.ctx.release_blobs(self, [d for d in released if d not in self.held.values()])
         for v in sorted(self.manifests):
-            if v < floor and v != newest:
+            if v < min(floor, newest):  # not the newest held, nor any delta leading on from it (`_ahead`)
                 m = self.manifests.pop(v)
                 self.signers.pop(v, None)
                 self.ready.discard(v)
                 self.wanted.discard(v)
                 effects += self.ctx.release_shards(now, m.root, self)
         return effects
+
+    def _ahead(self, version: int) -> bool:
+        """Whether `version` is past the newest we hold: a delta on the way from it to the latest, needed
+        however old. A worker back from a crash installed version 16 while the trainer was at 22, dropped
+        17 as below the window, and with 17 gone no delta chain reached 22, nor any re-announced 17 was
+        taken: it never generated again."""
+        return not self.held or version > max(self.held)
 
     def newest_held(self) -> int | None:
         return max(self.held) if self.held else None

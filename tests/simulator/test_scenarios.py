@@ -73,8 +73,8 @@ PINNED = {
     # adversarial was 9056c6e0... (64 rollouts trained, as before); the others did not move.
     "smoke": "23a50dbdf324ebdc62aa6eee47bab81fd7ba845fb650ddb9d829029014c26980",
     "adversarial": "800f70fb699ca3c6126fbe4fd2a091adb91f9629858f47f8a8ab74e35cc4089d",
-    "churn-compressed": "06381a148b2c951b4b7e983e8a846d45ba23b1d52f43d4c59542cdbcd08c9d09",
-    "trainer-failover": "2981d164828d467f809f14dd7260a775d4f5a0e0a1968e7e29ff873a885ae059",
+    "churn-compressed": "9e4f3d742f5bcfee5f8bfa228ea94925f35d6eb025e0ca0e8cd3d8610876479b",
+    "trainer-failover": "379452223c08bfaee05b5027b098cc1e80a39ef3f59fb31cf8ab0cb8ec12a196",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
