@@ -13,7 +13,7 @@ cap (4 GB) at about 100 MB an hour on a trainer, with an index entry each in the
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 
 from gossip.messages import RolloutCommitment
@@ -34,6 +34,7 @@ class CommitmentBook:
         self._by_id: OrderedDict[bytes, Seen] = OrderedDict()
         self._by_blob: dict[bytes, bytes] = {}
         self._by_claim: dict[tuple, bytes] = {}
+        self._by_worker: Counter[str] = Counter()  # commitments held per worker: who works on the task
 
     @staticmethod
     def _claim(c: RolloutCommitment, worker_key: bytes) -> tuple:
@@ -50,6 +51,7 @@ class CommitmentBook:
         if commitment_id in self._by_id:
             return
         self._by_id[commitment_id] = Seen(c, worker, worker_key)
+        self._by_worker[worker] += 1
         self._by_blob.setdefault(c.blob_hash, commitment_id)
         self._by_claim.setdefault(self._claim(c, worker_key), commitment_id)
         while len(self._by_id) > self.capacity:
@@ -70,10 +72,18 @@ class CommitmentBook:
 
     def _forget(self, old_id: bytes, old: Seen) -> None:
         del self._by_id[old_id]
+        self._by_worker[old.worker] -= 1
+        if not self._by_worker[old.worker]:
+            del self._by_worker[old.worker]
         if self._by_blob.get(old.commitment.blob_hash) == old_id:
             del self._by_blob[old.commitment.blob_hash]
         if self._by_claim.get(self._claim(old.commitment, old.worker_key)) == old_id:
             del self._by_claim[self._claim(old.commitment, old.worker_key)]
+
+    def workers(self):
+        """Who signed a commitment we still hold (for a version at most `KEPT_VERSIONS` behind the newest):
+        evidence that they work on the task (swarm/context.py `workers_of`)."""
+        return self._by_worker.keys()
 
     def get(self, commitment_id: bytes) -> Seen | None:
         return self._by_id.get(commitment_id)

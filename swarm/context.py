@@ -17,6 +17,7 @@ from gossip.identity import Identity, peer_id_from_public_key
 from gossip.messages import Message, RolloutCommitment, Verdict, WeightManifest
 from gossip.release import CURRENT, Release
 from swarm.io import Dial, Publish, RunJob, SendRequest
+from swarm.peerinfo import ALIVE
 from swarm.rng import Rng, stable_seed
 from swarm.stall import StallWatch
 from swarm.taskparams import TaskParams
@@ -199,11 +200,24 @@ class RoleContext:
         return self._chains.of(task_id, TaskParams.of(self._tasks.tasks[task_id].task).takeover_s)
 
     def alive_with_role(self, role: str) -> list[str]:
-        """Alive peers whose heartbeats name `role`, sorted: of newcomers nothing vouches for, only as
-        many as membership counts (a flood of fresh keys claiming to be workers must not shrink every
-        honest worker's share of a step)."""
+        """Alive peers whose heartbeats name `role`, sorted; only those something vouches for (a link, a
+        task naming them, proven work: swarm/membership.py). A newcomer's heartbeat costs nothing to
+        mint: counted, fake workers shrank every honest worker's share of a step, so steps waited for
+        batches nobody made (tests/simulator/test_heartbeat_flood.py)."""
         peers = self._membership.peers
-        return [p for p in self._membership.counted_peers() if role in peers[p].roles]
+        return [p for p in self._membership.vouched_alive() if role in peers[p].roles]
+
+    def workers_of(self, task_id: str) -> list[str]:
+        """The alive workers a task's work is split among, sorted: those vouched for, and those whose
+        rollout commitments for the task we hold (a commitment is checked, and a fake one gets its signer
+        banned, where a heartbeat costs nothing). Vouched-for alone, an honest worker nobody is linked to
+        counted only once a trusted checker passed its work, and the scaling scenario trained 5% fewer
+        rollouts, its workers generating shares for fewer peers than there were."""
+        peers, book = self._membership.peers, self._trust.book(task_id)
+        vouched = self._membership.vouched_alive()
+        committed = [p for p in book.workers() if (info := peers.get(p)) is not None and info.state == ALIVE]
+        return sorted(p for p in set(vouched).union(committed)
+                      if "worker" in peers[p].roles and not self._ledger.is_banned(p))
 
     # ---- versions, blobs and shards this peer holds
 

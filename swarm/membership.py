@@ -388,18 +388,18 @@ class Membership:
     def alive_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.state == ALIVE)
 
-    def counted_count(self) -> int:  # len(counted_peers()) without the list: pace asks for every heartbeat
+    def counted_count(self) -> int:  # vouched alive peers and newcomers up to as many: pace asks for every heartbeat
         newcomers = len(self.newcomers.alive)
         vouched = self._alive_n - newcomers
         return vouched + min(newcomers, vouched)
 
-    def counted_peers(self) -> list[str]:
-        """The alive peers that count for what we decide (our pace, a role's split of the work): every
-        one vouched for, and newcomers up to as many, those heard first first (a flood that comes
-        later does not push out a newcomer that was there before it)."""
+    def vouched_alive(self) -> list[str]:
+        """The alive peers something vouches for: what a role splits work among (swarm/context.py). A
+        newcomer vouched for since it was charged counts at once, not from its next heartbeat (a worker's
+        first batch passed, and at a big swarm's pace its next heartbeat may be minutes away)."""
         charged = self.newcomers.charged
-        vouched = [p for p, info in self.peers.items() if info.state == ALIVE and p not in charged]
-        return sorted(vouched + self.newcomers.first_alive(len(vouched)))
+        return sorted(p for p, info in self.peers.items()
+                      if info.state == ALIVE and (p not in charged or self.vouches(p)))
 
     def connected_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.connected)

@@ -9,10 +9,9 @@ per network and `total` in all. Past that a heartbeat makes no entry (`NoRoom`),
 gossip judges a message at its first arrival only, so an attacker that relays honest heartbeats to us
 before anyone else would have them dropped here for good (a 1,000-peer run lost every trainer's
 heartbeat that way and trained nothing). The core relays it if it names a task we hold, and keeps it
-otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count for what
-we decide (our pace, a role's split of the work) only up to the vouched peers' number, those charged
-first first (`first_alive`): a flood can at most double our interval, and does not push out a newcomer
-that was there before it.
+otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count toward
+our pace only up to the vouched peers' number, so a flood can at most double our interval, and toward a
+role's split of the work not at all (swarm/context.py `alive_with_role`).
 """
 
 from __future__ import annotations
@@ -72,18 +71,6 @@ class Newcomers:
             if not self._charged_by_net[net]:
                 del self._charged_by_net[net]
                 self._alive_by_net.pop(net, None)
-
-    def first_alive(self, room: int) -> list[str]:
-        """Up to `room` alive newcomers, those charged first first."""
-        out: list[str] = []
-        if room <= 0:
-            return out
-        for p in self.charged:
-            if p in self.alive:
-                out.append(p)
-                if len(out) >= room:
-                    break
-        return out
 
     def snapshot(self) -> dict:
         return {"newcomers_alive": len(self.alive), "newcomers_charged": len(self.charged),

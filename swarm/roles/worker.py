@@ -139,8 +139,8 @@ class WorkerRole(Role):
 
     def _share(self, state: WorkerTask, version: int) -> int:
         """Batches worth generating for `version`. The trainer's next step takes `_next_step` prompts, and
-        the workers we know of (alive peers whose heartbeats name the worker role, and us, ranked by
-        peer id) split one step's worth of each version. More would go stale unread, and on a shared
+        the workers we know of (`RoleContext.workers_of`: alive, vouched for or committing
+        to the task, and us, ranked by peer id) split one step's worth of each version. More would go stale unread, and on a shared
         machine generating it takes CPU from the trainer (bench/learning.py measured steps several
         times slower). With fixed steps, the first version we serve gets async_level + 1 shares: its
         backlog primes the async window (the trainer steps on older rollouts while we generate for
@@ -155,7 +155,7 @@ class WorkerRole(Role):
         workers generate 64 extra batches of the first version while its first step trained, and 54 of
         them aged out unread."""
         me = self.ctx.peer_id
-        workers = sorted({me} | set(self.ctx.alive_with_role("worker")))
+        workers = sorted({me} | set(self.ctx.workers_of(state.spec.task_id)))
         n, rank = len(workers), (workers.index(me) - version) % len(workers)
         commits = -(-self._next_step(state) // state.params.prompts_per_commit)
         base, rest = divmod(commits, n)

@@ -134,13 +134,12 @@ def test_fresh_key_heartbeats_are_contained_and_stretch_no_honest_interval(name_
 
 @pytest.mark.parametrize("name_task", [0, 1])
 def test_training_goes_on_under_the_flood(name_task):
-    """The workers' split of a step counts newcomers only up to the vouched peers' number (swarm/context.py
-    alive_with_role), so fake workers slow training by a bounded share: unbounded, fakes naming the task
-    took 3 of every 4 ranks and training fell to 16 of 44 rollouts. One seed is a few batches either way
-    (seeds 1-6 trained 28-40 of 44 under the flood and 24-28 under the one naming the task, before and
-    after links shared their heartbeats alike; seed 3 alone had been pinned), so the bound is on the mean
-    of three."""
+    """A worker splits a step among the workers something vouches for or that commit to the task
+    (swarm/context.py workers_of), so fake workers take no share of it. Counted as newcomers up to the
+    vouched peers' number, they had left 28-40 of 44 rollouts trained on seeds 1-6 (24-28 under the flood
+    naming the task; 16 with no bound); one seed is a batch or two either way, so the bound is on the
+    mean of three."""
     flooded = [trained(name_task, seed) for seed in SEEDS]
     unflooded = [unflooded_training(seed) for seed in SEEDS]
     print(f"name_task={name_task}: trained {flooded} (unflooded {unflooded})")
-    assert sum(flooded) >= (0.7 if not name_task else 0.55) * sum(unflooded)
+    assert sum(flooded) >= 0.95 * sum(unflooded)

@@ -38,11 +38,12 @@ def flood(m: Membership, now: float, count: int, net: str, prefix: str = "fake")
     return refused
 
 
-def honest(m: Membership, now: float, linked: int = 10) -> None:
-    for i in range(linked):
-        peer = f"honest{i:02d}"
+def honest(m: Membership, now: float, linked: int = 10) -> list[str]:
+    peers = [f"honest{i:02d}" for i in range(linked)]
+    for peer in peers:
         m.on_connected(peer, (f"/mem/{peer}",))
         m.on_heartbeat(now, peer, beat(now, interval=2.0), via=None)
+    return peers
 
 
 def test_a_flood_from_one_network_gets_a_bounded_share_and_cannot_stretch_our_interval():
@@ -108,16 +109,18 @@ def test_a_gossiped_heartbeat_older_than_one_its_link_brought_is_still_forwarded
         m.on_heartbeat(10.3, "n", beat(9.9, seq=4, interval=2.0), via=None)
 
 
-def test_a_role_counts_newcomers_up_to_the_vouched_number_those_heard_first_first():
-    """A worker's split of a step (RoleContext.alive_with_role) reads `counted_peers`: a flood of fake
-    workers after an honest newcomer neither pushes it out nor more than doubles the count."""
+def test_a_role_counts_no_newcomer_until_something_vouches_for_it_and_the_pace_at_most_doubles():
+    """A worker's split of a step (RoleContext.alive_with_role) reads `vouched_alive`: a flood of fake
+    workers does not shrink it at all; our pace counts newcomers up to the vouched peers' number. A
+    newcomer whose work is proven counts at once, before its next heartbeat."""
     m = Membership("self", MembershipConfig())
-    honest(m, 0.0, linked=3)
+    linked = honest(m, 0.0, linked=3)
     m.on_heartbeat(1.0, "early-worker", beat(1.0), via="net-b")  # a newcomer, before the flood
     flood(m, 2.0, 200, "net-a")
-    counted = m.counted_peers()
-    assert "early-worker" in counted and len(counted) == 2 * 3
-    assert sum(1 for p in counted if p.startswith("fake")) == 2  # the rest of the vouched number
+    assert m.vouched_alive() == sorted(linked)
+    assert m.counted_count() == 2 * 3
+    m.vouches = lambda peer: peer == "early-worker"  # a trusted checker passed its first batch
+    assert m.vouched_alive() == sorted(linked + ["early-worker"])
 
 
 def test_a_task_vouches_for_its_trainer_only_where_a_role_works_on_it():
@@ -140,7 +143,7 @@ def test_a_task_vouches_for_its_trainer_only_where_a_role_works_on_it():
     assert t.task_id in relay.tasks.tasks and t.task_id in worker.tasks.tasks
     assert not relay._vouches(trainer.peer_id) and worker._vouches(trainer.peer_id)
     assert trainer.peer_id in worker.membership.alive_peers()  # relayed: its heartbeats name the task
-    assert trainer.peer_id in worker.membership.counted_peers()
+    assert trainer.peer_id in worker.membership.vouched_alive()
 
 
 def relay_holding_a_task() -> tuple[PeerCore, str]:
@@ -217,4 +220,5 @@ def test_the_kept_counts_match_a_scan_of_the_table_under_random_traffic():
             assert kept._alive_by_net.get(net, 0) == sum(1 for p in alive if kept.charged[p] == net) <= 6
         assert len(alive) <= 20
         vouched_alive = sum(1 for p, i in m.peers.items() if i.state == ALIVE) - len(alive)
-        assert m.counted_count() == vouched_alive + min(len(alive), vouched_alive) == len(m.counted_peers())
+        assert m.counted_count() == vouched_alive + min(len(alive), vouched_alive)
+        assert len(m.vouched_alive()) == vouched_alive
