@@ -35,6 +35,7 @@ class CommitmentBook:
         self._by_blob: dict[bytes, bytes] = {}
         self._by_claim: dict[tuple, bytes] = {}
         self._by_worker: Counter[str] = Counter()  # commitments held per worker: who works on the task
+        self._first_version: dict[str, int] = {}  # per worker held, the oldest policy version it committed for
 
     @staticmethod
     def _claim(c: RolloutCommitment, worker_key: bytes) -> tuple:
@@ -52,6 +53,7 @@ class CommitmentBook:
             return
         self._by_id[commitment_id] = Seen(c, worker, worker_key)
         self._by_worker[worker] += 1
+        self._first_version[worker] = min(c.policy_version, self._first_version.get(worker, c.policy_version))
         self._by_blob.setdefault(c.blob_hash, commitment_id)
         self._by_claim.setdefault(self._claim(c, worker_key), commitment_id)
         while len(self._by_id) > self.capacity:
@@ -75,6 +77,7 @@ class CommitmentBook:
         self._by_worker[old.worker] -= 1
         if not self._by_worker[old.worker]:
             del self._by_worker[old.worker]
+            del self._first_version[old.worker]
         if self._by_blob.get(old.commitment.blob_hash) == old_id:
             del self._by_blob[old.commitment.blob_hash]
         if self._by_claim.get(self._claim(old.commitment, old.worker_key)) == old_id:
@@ -84,6 +87,10 @@ class CommitmentBook:
         """Who signed a commitment we still hold (for a version at most `KEPT_VERSIONS` behind the newest):
         evidence that they work on the task (swarm/context.py `workers_of`)."""
         return self._by_worker.keys()
+
+    def worked_before(self, version: int, besides: str) -> bool:
+        """Whether a worker other than `besides` committed for a version older than `version`."""
+        return any(v < version for w, v in self._first_version.items() if w != besides)
 
     def get(self, commitment_id: bytes) -> Seen | None:
         return self._by_id.get(commitment_id)

@@ -207,17 +207,26 @@ class RoleContext:
         peers = self._membership.peers
         return [p for p in self._membership.vouched_alive() if role in peers[p].roles]
 
-    def workers_of(self, task_id: str) -> list[str]:
-        """The alive workers a task's work is split among, sorted: those vouched for, and those whose
-        rollout commitments for the task we hold (a commitment is checked, and a fake one gets its signer
-        banned, where a heartbeat costs nothing). Vouched-for alone, an honest worker nobody is linked to
-        counted only once a trusted checker passed its work, and the scaling scenario trained 5% fewer
-        rollouts, its workers generating shares for fewer peers than there were."""
+    def workers_of(self, task_id: str, version: int) -> list[str]:
+        """The alive workers `version`'s work is split among, sorted. Once another worker has committed to
+        the task for an older version: those vouched for, those whose rollout commitments for it we hold
+        (a commitment is checked, and a fake one gets its signer banned), and newcomers whose heartbeats
+        claim the role up to as many as those, heard first first. A heartbeat costs nothing to mint: fake
+        workers counted up to the vouched peers' number took ranks in each honest worker's split, and
+        steps waited for batches nobody made (tests/simulator/test_heartbeat_flood.py). Not counting
+        newcomers at all left out honest workers no rank had given work yet, so the others' shares were
+        too big (32 workers generated 9-11 batches of versions the steps took 8 of). Before anyone has
+        committed there is no evidence: newcomers count up to the vouched peers' number, as for our pace."""
         peers, book = self._membership.peers, self._trust.book(task_id)
-        vouched = self._membership.vouched_alive()
-        committed = [p for p in book.workers() if (info := peers.get(p)) is not None and info.state == ALIVE]
-        return sorted(p for p in set(vouched).union(committed)
-                      if "worker" in peers[p].roles and not self._ledger.is_banned(p))
+        if not book.worked_before(version, besides=self.peer_id):
+            counted = self._membership.counted_peers()
+        else:
+            alive = [p for p in book.workers() if (info := peers.get(p)) is not None and info.state == ALIVE]
+            counted = {p for p in set(self._membership.vouched_alive()).union(alive) if "worker" in peers[p].roles}
+            fresh = [p for p in self._membership.newcomers.first_alive(len(peers))
+                     if p not in counted and "worker" in peers[p].roles]
+            counted.update(fresh[:len(counted)])
+        return sorted(p for p in counted if "worker" in peers[p].roles and not self._ledger.is_banned(p))
 
     # ---- versions, blobs and shards this peer holds
 

@@ -401,6 +401,12 @@ class Membership:
         return sorted(p for p, info in self.peers.items()
                       if info.state == ALIVE and (p not in charged or self.vouches(p)))
 
+    def counted_peers(self) -> list[str]:
+        """The alive peers vouched for, and newcomers up to as many, those heard first first: what a task's
+        split of the work counts before anyone has committed to it (swarm/context.py `workers_of`)."""
+        vouched = self.vouched_alive()
+        return sorted(set(vouched).union(self.newcomers.first_alive(len(vouched))))
+
     def connected_peers(self) -> list[str]:
         return sorted(p for p, info in self.peers.items() if info.connected)
 

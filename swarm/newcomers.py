@@ -10,8 +10,10 @@ gossip judges a message at its first arrival only, so an attacker that relays ho
 before anyone else would have them dropped here for good (a 1,000-peer run lost every trainer's
 heartbeat that way and trained nothing). The core relays it if it names a task we hold, and keeps it
 otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count toward
-our pace only up to the vouched peers' number, so a flood can at most double our interval, and toward a
-role's split of the work not at all (swarm/context.py `alive_with_role`).
+our pace only up to the vouched peers' number, so a flood can at most double our interval; toward a
+task's split of the work the same way only until some worker commits to it, and from then on not at all
+(swarm/context.py `workers_of`). Those charged first count first (`first_alive`): a flood that comes later
+does not push out a newcomer that was there before it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,18 @@ class Newcomers:
             if not self._charged_by_net[net]:
                 del self._charged_by_net[net]
                 self._alive_by_net.pop(net, None)
+
+    def first_alive(self, room: int) -> list[str]:
+        """Up to `room` alive newcomers, those charged first first."""
+        out: list[str] = []
+        if room <= 0:
+            return out
+        for p in self.charged:
+            if p in self.alive:
+                out.append(p)
+                if len(out) >= room:
+                    break
+        return out
 
     def snapshot(self) -> dict:
         return {"newcomers_alive": len(self.alive), "newcomers_charged": len(self.charged),

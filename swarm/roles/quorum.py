@@ -79,7 +79,7 @@ def within_share(ctx, state, worker: str) -> None:
     burst proves nothing) before it crowds out anyone else's; the total stays bounded by MAX_PENDING."""
     if not state.params.check_quorum:
         return
-    workers = len(set(ctx.workers_of(state.spec.task_id)) | {worker})
+    workers = len(set(ctx.workers_of(state.spec.task_id, state.version)) | {worker})
     share = -(-state.params.step_limit // (state.params.prompts_per_commit * workers))
     cap = (state.async_level + 1) * (share + 1)
     if sum(1 for p in state.pending.values() if p.worker == worker) >= cap:

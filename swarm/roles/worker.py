@@ -155,7 +155,7 @@ class WorkerRole(Role):
         workers generate 64 extra batches of the first version while its first step trained, and 54 of
         them aged out unread."""
         me = self.ctx.peer_id
-        workers = sorted({me} | set(self.ctx.workers_of(state.spec.task_id)))
+        workers = sorted({me} | set(self.ctx.workers_of(state.spec.task_id, version)))
         n, rank = len(workers), (workers.index(me) - version) % len(workers)
         commits = -(-self._next_step(state) // state.params.prompts_per_commit)
         base, rest = divmod(commits, n)

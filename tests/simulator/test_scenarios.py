@@ -74,17 +74,17 @@ PINNED = {
     # Moved when a follower kept the deltas leading on from its newest installed version (one back from
     # a crash far behind had dropped them and never generated again): churn-compressed was 06381a14...,
     # trainer-failover 2981d164... (rollouts trained unchanged). Then when a task's work was split among
-    # the workers vouched for or committing to it, not those a heartbeat names: churn-compressed 28 -> 32,
-    # scaling 140 -> 142 (seeds 1-5: 709 -> 703); was 9e4f3d74... and 33158302...
+    # the workers vouched for or committing to it and newcomers up to as many, not newcomers up to the
+    # vouched peers' number: churn-compressed was 9e4f3d74... (28 rollouts trained, as before).
     "smoke": "23a50dbdf324ebdc62aa6eee47bab81fd7ba845fb650ddb9d829029014c26980",
     "adversarial": "800f70fb699ca3c6126fbe4fd2a091adb91f9629858f47f8a8ab74e35cc4089d",
-    "churn-compressed": "6a5632bd120f3dc5b6535b219a428e17288604af25536327c088023ace73625a",
+    "churn-compressed": "e01163563fb4cefc87fb1767382b1479bc807cbbf22115786ae4a577801afb2f",
     "trainer-failover": "379452223c08bfaee05b5027b098cc1e80a39ef3f59fb31cf8ab0cb8ec12a196",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...; moved by the pieces topic (above): was b257b0a3...
-    "scaling": "91cc78905b6b6d24bc980be8a23524747ef38a504260f8f8be3c0f5bdc744fac",
+    "scaling": "331583026e6243de163b08a747cedcf7ff7e36c198daa384538443601f1eb8d2",
 }
 
 

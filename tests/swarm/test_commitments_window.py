@@ -110,3 +110,17 @@ def test_a_trainers_opinions_follow_the_commitment_window():
                                                                               "wrong, the trainer's check says ok")]
     assert len(opinions.own) <= len(book) <= 2 * 65 and len(opinions.said) <= len(book)
     assert all(book.get(cid) is not None for cid in [*opinions.own, *opinions.said])
+
+
+def test_the_book_says_who_works_on_the_task_and_forgets_them_with_their_commitments():
+    """What a task's split of the work counts as evidence (swarm/context.py workers_of)."""
+    book = CommitmentBook()
+    assert not book.worked_before(5, besides="me")
+    book.add(b"own", _commitment(4, 1), "me", b"m" * 32)
+    assert not book.worked_before(5, besides="me")  # our own commitments are no evidence of others
+    book.add(b"a", _commitment(4, 2), "a", b"a" * 32)
+    book.add(b"b", _commitment(9, 3), "b", b"b" * 32)
+    assert set(book.workers()) == {"me", "a", "b"}
+    assert book.worked_before(5, besides="me") and not book.worked_before(4, besides="me")
+    book.forget_below(5)
+    assert set(book.workers()) == {"b"} and not book.worked_before(9, besides="me")

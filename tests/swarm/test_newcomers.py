@@ -109,16 +109,18 @@ def test_a_gossiped_heartbeat_older_than_one_its_link_brought_is_still_forwarded
         m.on_heartbeat(10.3, "n", beat(9.9, seq=4, interval=2.0), via=None)
 
 
-def test_a_role_counts_no_newcomer_until_something_vouches_for_it_and_the_pace_at_most_doubles():
-    """A worker's split of a step (RoleContext.alive_with_role) reads `vouched_alive`: a flood of fake
-    workers does not shrink it at all; our pace counts newcomers up to the vouched peers' number. A
-    newcomer whose work is proven counts at once, before its next heartbeat."""
+def test_newcomers_count_up_to_the_vouched_number_heard_first_first_and_proven_ones_count_as_vouched():
+    """Our pace and a task's split before anyone commits (`counted_peers`) count newcomers up to the vouched
+    peers' number, so a flood after an honest newcomer neither pushes it out nor more than doubles the
+    count; roles otherwise read `vouched_alive`, where a newcomer whose work is proven counts at once,
+    before its next heartbeat."""
     m = Membership("self", MembershipConfig())
     linked = honest(m, 0.0, linked=3)
     m.on_heartbeat(1.0, "early-worker", beat(1.0), via="net-b")  # a newcomer, before the flood
     flood(m, 2.0, 200, "net-a")
     assert m.vouched_alive() == sorted(linked)
-    assert m.counted_count() == 2 * 3
+    counted = m.counted_peers()  # what a task's split counts before anyone commits: newcomers heard first first
+    assert "early-worker" in counted and len(counted) == m.counted_count() == 2 * 3
     m.vouches = lambda peer: peer == "early-worker"  # a trusted checker passed its first batch
     assert m.vouched_alive() == sorted(linked + ["early-worker"])
 

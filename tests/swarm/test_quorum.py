@@ -104,8 +104,8 @@ def test_a_worker_flooding_past_its_share_is_refused_without_penalty():
 
     params = TaskParams.from_params({"check_quorum": 1, "prompts_per_step": 16, "prompts_per_commit": 8,
                                      "max_prompts_per_step": 64})
-    ctx = SimpleNamespace(workers_of=lambda task_id: ["w1", "w2", "w3", "w4"])
-    state = SimpleNamespace(params=params, async_level=2, pending={}, spec=SimpleNamespace(task_id="t"))
+    ctx = SimpleNamespace(workers_of=lambda task_id, version: ["w1", "w2", "w3", "w4"])
+    state = SimpleNamespace(params=params, async_level=2, pending={}, spec=SimpleNamespace(task_id="t"), version=0)
     cap = 3 * (2 + 1)  # 64 prompts in 8-prompt batches over 4 workers: 2 a step, one to spare, 3 steps
     for i in range(cap):
         within_share(ctx, state, "w1")
