@@ -201,9 +201,9 @@ class RoleContext:
 
     def alive_with_role(self, role: str) -> list[str]:
         """Alive peers whose heartbeats name `role`, sorted; only those something vouches for (a link, a
-        task naming them, proven work: swarm/membership.py). A newcomer's heartbeat costs nothing to
-        mint: counted, fake workers shrank every honest worker's share of a step, so steps waited for
-        batches nobody made (tests/simulator/test_heartbeat_flood.py)."""
+        task naming them, proven work: swarm/membership.py), since a newcomer's heartbeat costs nothing
+        to mint. A task's trainers and validators are named by it, so vouched for; how a task's work is
+        split among workers is `workers_of`."""
         peers = self._membership.peers
         return [p for p in self._membership.vouched_alive() if role in peers[p].roles]
 
@@ -217,16 +217,17 @@ class RoleContext:
         newcomers at all left out honest workers no rank had given work yet, so the others' shares were
         too big (32 workers generated 9-11 batches of versions the steps took 8 of). Before anyone has
         committed there is no evidence: newcomers count up to the vouched peers' number, as for our pace."""
-        peers, book = self._membership.peers, self._trust.book(task_id)
+        membership, book = self._membership, self._trust.book(task_id)
+        peers = membership.peers
         if not book.worked_before(version, besides=self.peer_id):
-            counted = self._membership.counted_peers()
+            counted = {p for p in membership.counted_peers() if "worker" in peers[p].roles}
         else:
-            alive = [p for p in book.workers() if (info := peers.get(p)) is not None and info.state == ALIVE]
-            counted = {p for p in set(self._membership.vouched_alive()).union(alive) if "worker" in peers[p].roles}
-            fresh = [p for p in self._membership.newcomers.first_alive(len(peers))
+            committed = [p for p in book.workers() if (info := peers.get(p)) is not None and info.state == ALIVE]
+            counted = {p for p in set(membership.vouched_alive()).union(committed) if "worker" in peers[p].roles}
+            fresh = [p for p in membership.newcomers.first_alive(len(peers))
                      if p not in counted and "worker" in peers[p].roles]
             counted.update(fresh[:len(counted)])
-        return sorted(p for p in counted if "worker" in peers[p].roles and not self._ledger.is_banned(p))
+        return sorted(p for p in counted if not self._ledger.is_banned(p))
 
     # ---- versions, blobs and shards this peer holds
 

@@ -11,9 +11,9 @@ before anyone else would have them dropped here for good (a 1,000-peer run lost 
 heartbeat that way and trained nothing). The core relays it if it names a task we hold, and keeps it
 otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count toward
 our pace only up to the vouched peers' number, so a flood can at most double our interval; toward a
-task's split of the work the same way only until some worker commits to it, and from then on not at all
-(swarm/context.py `workers_of`). Those charged first count first (`first_alive`): a flood that comes later
-does not push out a newcomer that was there before it.
+task's split of the work the same way until some worker commits to it, and from then on only up to as
+many as the workers vouched for or committing (swarm/context.py `workers_of`). Those charged first count
+first (`first_alive`): a flood that comes later does not push out a newcomer that was there before it.
 """
 
 from __future__ import annotations

@@ -138,22 +138,21 @@ class WorkerRole(Role):
         return [self.ctx.job(self, (state.spec.task_id, version, tuple(indices)), jobs.GENERATE, payload)]
 
     def _share(self, state: WorkerTask, version: int) -> int:
-        """Batches worth generating for `version`. The trainer's next step takes `_next_step` prompts, and
-        the workers we know of (`RoleContext.workers_of`: alive, vouched for or committing
-        to the task, and us, ranked by peer id) split one step's worth of each version. More would go stale unread, and on a shared
-        machine generating it takes CPU from the trainer (bench/learning.py measured steps several
-        times slower). With fixed steps, the first version we serve gets async_level + 1 shares: its
-        backlog primes the async window (the trainer steps on older rollouts while we generate for
-        the newest version), and no step after version + async_level may train on it, so more is waste
-        (an uncapped first version had 36 of its batches dropped at the start of a bench run); growing
-        steps take whatever is ready, so they need no priming. When the step's batches do not divide
-        evenly, the extra ones go to other workers from one version to the next (the rank rotates with
-        the version), so no worker is always the one left idle or doing two. Each stall of the version
-        (`_stall_after`: failed checks, a worker gone) adds one round of a minimum step's batches, one
-        each to the workers next in rank after those that had the version's share: the trainer needs
-        that much to step again, and one batch from every worker (what each did alone before) made 64
-        workers generate 64 extra batches of the first version while its first step trained, and 54 of
-        them aged out unread."""
+        """Batches worth generating for `version`. The trainer's next step takes `_next_step` prompts, and the
+        workers we know of (`RoleContext.workers_of`: alive, vouched for or committing to the task, and
+        newcomers up to as many; and us, ranked by peer id) split one step's worth of each version. More would
+        go stale unread, and on a shared machine generating it takes CPU from the trainer (bench/learning.py
+        measured steps several times slower). With fixed steps, the first version we serve gets async_level + 1
+        shares: its backlog primes the async window (the trainer steps on older rollouts while we generate for
+        the newest version), and no step after version + async_level may train on it, so more is waste (an
+        uncapped first version had 36 of its batches dropped at the start of a bench run); growing steps take
+        whatever is ready, so they need no priming. When the step's batches do not divide evenly, the extra ones
+        go to other workers from one version to the next (the rank rotates with the version), so no worker is
+        always the one left idle or doing two. Each stall of the version (`_stall_after`: failed checks, a
+        worker gone) adds one round of a minimum step's batches, one each to the workers next in rank after
+        those that had the version's share: the trainer needs that much to step again, and one batch from every
+        worker (what each did alone before) made 64 workers generate 64 extra batches of the first version while
+        its first step trained, and 54 of them aged out unread."""
         me = self.ctx.peer_id
         workers = sorted({me} | set(self.ctx.workers_of(state.spec.task_id, version)))
         n, rank = len(workers), (workers.index(me) - version) % len(workers)
