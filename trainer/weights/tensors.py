@@ -47,7 +47,8 @@ CARRY_DTYPES = ("bf16", "fp16", "fp32")  # what floating weights may be carried 
 
 
 def carried(t: torch.Tensor, dtype: str) -> torch.Tensor:
-    """Return `t` as it travels: floats cast to `dtype`, other dtypes kept, contiguous on CPU.
+    """Return `t` as it travels: floats cast to `dtype` (to bf16 by `dithered_bf16`), other dtypes
+    kept, contiguous on CPU.
 
     Casting is idempotent, so packing from fp32 master weights and packing from an already
     reconstructed bf16 version give the same bits (which is what lets a delta's parent be either).
@@ -56,12 +57,52 @@ def carried(t: torch.Tensor, dtype: str) -> torch.Tensor:
         raise ValueError(f"dtype must be one of {CARRY_DTYPES}, not {dtype!r}")
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(t).__name__}")
-    t = t.detach()
+    t = t.detach().to("cpu")
     if t.is_floating_point():
-        t = t.to(DTYPES[dtype])
+        t = dithered_bf16(t) if dtype == "bf16" and t.dtype != torch.bfloat16 else t.to(DTYPES[dtype])
     elif t.dtype not in _NAMES:
         raise ValueError(f"unsupported tensor dtype {t.dtype}")
-    return t.to("cpu").contiguous()
+    return t.contiguous()
+
+
+# Thresholds of `dithered_bf16`, as what each position adds to its float32 bit pattern: 0xFFFF minus
+# (i * 40503 mod 2**16), 40503 being round(2**16 / golden ratio), a low-discrepancy (Weyl) sequence
+# that repeats every 2**16 positions, so one table serves a tensor of any size.
+_PERIOD = 1 << 16
+_DITHER = (0xFFFF - (np.arange(_PERIOD, dtype=np.int64) * 40503) % _PERIOD).astype(np.int32)
+
+
+def dithered_bf16(t: torch.Tensor) -> torch.Tensor:
+    """`t` rounded to bf16 up or down by a fixed threshold per position, not to the nearest value.
+
+    Why: a model that starts in bf16 (SmolLM2, and any checkpoint saved in it) has every master
+    weight on the bf16 grid, and an optimizer step at a small lr (1e-5) moves a weight by well under
+    half an ulp (2**-9 of its size). Rounded to nearest, such versions are bit for bit the base on
+    most weights: workers sample, and peers score, a policy that lags the trainer's by dozens of
+    steps. Here element i rounds away from zero when the part of its magnitude below bf16's precision
+    exceeds a threshold fixed for its position: across a tensor, a drift of d ulps moves a fraction d
+    of its weights one ulp, so the published policy follows the master from the first step, unbiased
+    on average, without noise from one version to the next (a weight changes only when its own
+    master crosses its threshold, so deltas stay as sparse as with rounding to nearest). The price
+    is an error of up to one ulp per weight instead of half. Exactly representable values are kept
+    (idempotent); NaN rounds as torch rounds it.
+
+    How: adding 0xFFFF - threshold to the float32 bit pattern and dropping the low 16 bits carries
+    into bf16's last bit exactly when the dropped part exceeds the threshold (the pattern is
+    sign-magnitude, so the carry moves away from zero for either sign)."""
+    flat = t.to(torch.float32).reshape(-1)
+    if torch.isnan(flat).any():  # a NaN's payload could carry into its exponent: no dither for it
+        nan = torch.isnan(flat)
+        out = dithered_bf16(torch.where(nan, torch.zeros_like(flat), flat)).reshape(t.shape)
+        return torch.where(nan.reshape(t.shape), t.to(torch.bfloat16), out)
+    bits = flat.view(torch.int32)
+    n = bits.numel()
+    whole = n - n % _PERIOD
+    table = torch.from_numpy(_DITHER)
+    summed = torch.empty_like(bits)
+    torch.add(bits[:whole].view(-1, _PERIOD), table, out=summed[:whole].view(-1, _PERIOD))
+    torch.add(bits[whole:], table[:n - whole], out=summed[whole:])
+    return summed.bitwise_right_shift_(16).to(torch.int16).view(torch.bfloat16).reshape(t.shape)
 
 
 def dtype_name(t: torch.Tensor) -> str:
