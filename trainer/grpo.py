@@ -38,6 +38,9 @@ The variant, exactly:
     the forward/backward. A learning policy repeats itself a lot (every right answer to a
     digit-sort prompt is the same string): 100-120 distinct of 176-224 informative rows at the
     base policy, far fewer later.
+  - Each group's prompt is run once (`trainer/prefix.py`): its keys and values, with gradients, serve
+    every completion of the group, instead of every row recomputing the prompt (with a chat template,
+    most of each row).
   - AdamW. Learning rate (`lr_at`, a function of the step number alone, so a resumed trainer keeps
     the schedule, and a single process and a swarm get the same rate at equal completions): an
     optional linear warm-up over the first `lr_warmup` batches, then constant, then optionally
@@ -53,6 +56,8 @@ import math
 from dataclasses import dataclass, replace
 
 import torch
+
+from trainer.prefix import completion_logprobs
 
 
 @dataclass
@@ -250,20 +255,21 @@ def grpo_step(model, optimizer, batch: Batch, cfg: GRPOConfig, ref_model=None, o
         first = 1 if not has_dropout(model) else 0
         model.eval()
         with torch.no_grad():
-            proximal[first:] = [token_logprobs(model, mb.input_ids.to(device)) for mb, _ in minibatches[first:]]
+            proximal[first:] = [completion_logprobs(model, mb.input_ids.to(device), mb.mask.to(device))
+                                for mb, _ in minibatches[first:]]
     model.train()
     for (mb, weights), prox_logp in zip(minibatches, proximal):
         distinct += len(weights)
-        ids = mb.input_ids.to(device)
-        logp = token_logprobs(model, ids)
+        ids, mask = mb.input_ids.to(device), mb.mask.to(device)
+        logp = completion_logprobs(model, ids, mask)
         if decoupled and prox_logp is None:
             prox_logp = logp.detach()
         ref_logp = None
         if ref_model is not None and cfg.kl_coef > 0:
             with torch.no_grad():
-                ref_logp = token_logprobs(ref_model, ids)
+                ref_logp = completion_logprobs(ref_model, ids, mask)
         loss, stats = clipped_token_loss(
-            logp, mb.old_logp.to(device), mb.advantages.to(device), mb.mask.to(device),
+            logp, mb.old_logp.to(device), mb.advantages.to(device), mask,
             cfg.clip_low, cfg.clip_high, cfg.delta, ref_logp, cfg.kl_coef, weights.to(device), prox_logp)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
