@@ -1,11 +1,12 @@
 """Completion log-probabilities with each group's prompt computed once.
 
 A GRPO batch is groups of completions of one prompt, and with a chat template the prompt is most
-of every row: reasoning-gym chain_sum's is 69-71 tokens under SmolLM2's template, its answers 10-20.
+of every row: reasoning-gym chain_sum's is 69-71 tokens under SmolLM2's template, its answers 10-26.
 Scoring every row from its first token (`grpo.token_logprobs`) runs the prompt through the model,
 forward and backward, once per completion. Here the rows that share a prompt run it once: a forward
-pass over the prompt keeps its keys and values (HF's cache, with gradients), repeated for the group,
-and the completions run on top. The loss and its gradient are the same function of the weights (the
+pass over the prompts keeps their keys and values (HF's cache, with gradients), gathered for each
+row, and the completions run on top; prompts of one length go through as one batch, and their rows
+as one more. The loss and its gradient are the same function of the weights (the
 prompt's activations get the gradient of every completion that attends to them, as they do when each
 row recomputes them), up to float summation order. Rows whose prompt no other row of the batch shares
 are scored as before, together in one pass.
@@ -14,6 +15,12 @@ are scored as before, together in one pass.
 from __future__ import annotations
 
 import torch
+
+# Share prompts only when that leaves at most this share of the tokens the rows would run each on
+# its own: every prompt length costs two passes instead of one, which a saving of less than a fifth
+# does not pay for. The built-in model on digit-sort (8-token prompts) runs 0.57 of the tokens and
+# steps 1.5x faster, SmolLM2 on chain_sum 0.37 of them and 1.7x faster (bench/grpo_step.py).
+SHARED_AT_MOST = 0.8
 
 
 def completion_logprobs(model, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -28,13 +35,25 @@ def completion_logprobs(model, input_ids: torch.Tensor, mask: torch.Tensor) -> t
     for i in flags.any(1).nonzero()[:, 0].tolist():  # a row with nothing to score is left at 0
         start = int(flags[i].float().argmax())  # the prompt's length - 1: the prefix cached is ids[:start]
         groups.setdefault((start, ids[i, :start].tobytes()), []).append(i)
-    alone = [i for (start, _), rows in groups.items() if len(rows) == 1 or start == 0 for i in rows]
-    if alone:
-        out[alone] = _plain(model, input_ids[alone])
+    ends = {i: int(flags[i].nonzero()[-1]) + 2 for rows in groups.values() for i in rows}  # past the last target
+    buckets: dict[int, list[list[int]]] = {}  # prompt length -> its groups, each run on one shared pass
     for (start, _), rows in groups.items():
         if len(rows) > 1 and start > 0:
-            last = max(int(flags[i].nonzero()[-1]) for i in rows)  # pads after the last target are not run
-            out[rows, start:last + 1] = _on_prefix(model, input_ids[rows, :last + 2], start)
+            buckets.setdefault(start, []).append(rows)
+    shared = sum(start * len(gs) + sum(max(ends[i] for i in r) - start for r in gs for _ in r)
+                 for start, gs in buckets.items())
+    if shared > SHARED_AT_MOST * sum(ends[i] for gs in buckets.values() for r in gs for i in r):
+        buckets = {}  # too little of the rows is shared prompt to pay for the extra passes
+    alone = sorted(set(ends) - {i for gs in buckets.values() for r in gs for i in r})
+    if alone:
+        end = max(ends[i] for i in alone)
+        out[alone, :end - 1] = _plain(model, input_ids[alone, :end])
+    for start, gs in buckets.items():
+        rows = [i for r in gs for i in r]
+        end = max(ends[i] for i in rows)
+        which = torch.tensor([k for k, r in enumerate(gs) for _ in r], device=input_ids.device)
+        heads = input_ids[[r[0] for r in gs], :start]
+        out[rows, start:end - 1] = _on_prefix(model, heads, which, input_ids[rows, start:end])
     return out * marked
 
 
@@ -43,9 +62,10 @@ def _plain(model, input_ids: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, -1).gather(2, input_ids[:, 1:, None])[..., 0]
 
 
-def _on_prefix(model, rows: torch.Tensor, start: int) -> torch.Tensor:
-    """[k, L-1-start] for rows [k, L] sharing ids[:start]: positions start .. L-2, on one prefix pass."""
-    cache = model(input_ids=rows[:1, :start], use_cache=True).past_key_values
-    cache.batch_repeat_interleave(rows.shape[0])
-    logits = model(input_ids=rows[:, start:], past_key_values=cache, use_cache=True).logits[:, :-1].float()
-    return torch.log_softmax(logits, -1).gather(2, rows[:, start + 1:, None])[..., 0]
+def _on_prefix(model, heads: torch.Tensor, which: torch.Tensor, tails: torch.Tensor) -> torch.Tensor:
+    """[k, T-1] log-probabilities of tails [k, T] (a row's tokens from its prompt's last one on) that
+    continue prompts heads[which] ([g, P], all P tokens long): the prompts run once, as one batch."""
+    cache = model(input_ids=heads, use_cache=True).past_key_values
+    cache.batch_select_indices(which)
+    logits = model(input_ids=tails, past_key_values=cache, use_cache=True).logits[:, :-1].float()
+    return torch.log_softmax(logits, -1).gather(2, tails[:, 1:, None])[..., 0]
