@@ -19,7 +19,7 @@ import torch
 # Share prompts only when that leaves at most this share of the tokens the rows would run each on
 # its own: every prompt length costs two passes instead of one, which a saving of less than a fifth
 # does not pay for. The built-in model on digit-sort (8-token prompts) runs 0.57 of the tokens and
-# steps 1.5x faster, SmolLM2 on chain_sum 0.37 of them and 1.7x faster (bench/grpo_step.py).
+# steps 1.5x faster, SmolLM2 on chain_sum 0.37 of them and 1.6x faster (bench/grpo_step.py).
 SHARED_AT_MOST = 0.8
 
 

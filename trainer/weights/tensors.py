@@ -6,7 +6,7 @@ Arithmetic deltas in bf16 (new - old as floats) are lossy. Deltas of the *bit pa
 by construction and need no float semantics, so NaNs, -0.0 and denormals survive untouched:
   - XOR: `old ^ (old ^ new) == new`. A small optimizer step (lr ~3e-5) rarely moves a weight
     across a power of two, so sign and exponent bits, in the high byte of each bf16/fp16 word, XOR
-    to zero; in bf16 many weights do not change at all (the step is under half an ulp), so whole
+    to zero; in bf16 most weights do not change at all (a step moves them a fraction of an ulp), so whole
     words are zero. Only low mantissa bits differ.
   - zigzag difference ("sub", the default): the wrapping integer difference of the bit patterns,
     zigzag-coded. Same zero high bytes, but a 1-ulp move is the word 1 or 2 instead of XOR's run of
@@ -77,13 +77,14 @@ def dithered_bf16(t: torch.Tensor) -> torch.Tensor:
 
     Why: a model that starts in bf16 (SmolLM2, and any checkpoint saved in it) has every master
     weight on the bf16 grid, and an optimizer step at a small lr (1e-5) moves a weight by well under
-    half an ulp (2**-9 of its size). Rounded to nearest, such versions are bit for bit the base on
-    most weights: workers sample, and peers score, a policy that lags the trainer's by dozens of
-    steps. Here element i rounds away from zero when the part of its magnitude below bf16's precision
+    half an ulp (2**-9 to 2**-8 of its size). Rounded to nearest, such versions are bit for bit the
+    base on most weights: after 16 GRPO steps of SmolLM2 a version carried a quarter of the master's
+    update (bench/rounding.py), so workers sampled, and peers scored, a policy far behind the one
+    trained. Here element i rounds away from zero when the part of its magnitude below bf16's precision
     exceeds a threshold fixed for its position: across a tensor, a drift of d ulps moves a fraction d
     of its weights one ulp, so the published policy follows the master from the first step, unbiased
     on average, without noise from one version to the next (a weight changes only when its own
-    master crosses its threshold, so deltas stay as sparse as with rounding to nearest). The price
+    master crosses its threshold, so deltas stay about as sparse as rounding to nearest's). The price
     is an error of up to one ulp per weight instead of half. Exactly representable values are kept
     (idempotent); NaN rounds as torch rounds it.
 
