@@ -121,13 +121,15 @@ class Versions:
                 parent = last[1]
             elif parent_weights and self.blobs.path(parent_weights).exists():
                 parent = state_of_blob(self.blobs.read(parent_weights, "parent weights"))
-        packed = pack_version(tensors, parent, shard_size=shard_size, piece_size=piece_size, dtype=dtype,
+        # carried once: packing the carried tensors carries nothing again (casting is idempotent),
+        # where packing the master would dither all of it a second time
+        state = published_state(tensors, dtype)
+        packed = pack_version(state, parent, shard_size=shard_size, piece_size=piece_size, dtype=dtype,
                               parent_root=bytes(parent_root) if parent is not None else None,
                               parent_depth=parent_depth, full_every=full_every)
         for shard in packed.shards:
             self.shards.write(shard)
             crash_point("version-pack")  # a version half packed: some shards, no blob, no trainer.json
-        state = published_state(tensors, dtype)
         data = blob_of(state)
         digest = self.blobs.write(data)
         self._last[task.task_id] = (packed.root, state)

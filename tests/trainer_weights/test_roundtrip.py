@@ -92,6 +92,17 @@ def test_delta_chosen_when_smaller_full_when_not():
         assert chosen.compressed_size < forced.compressed_size
 
 
+def test_a_raced_full_frame_is_the_frame_or_nothing():
+    from trainer.weights import payload
+
+    blob = torch.randn(300_000).numpy().tobytes() + bytes(5_000_000)  # two chunks: noise, then zeros
+    frame = payload.compress(blob, 3)
+    assert payload.decompress(frame, len(blob)) == blob
+    assert payload.compress(blob, 3, give_up_above=len(frame)) == frame  # a tie is not over the limit
+    assert payload.compress(blob, 3, give_up_above=len(frame) - 1) is None
+    assert payload.compress(blob, 3, give_up_above=1000) is None  # known early: the first chunk is noise
+
+
 def test_full_every_bounds_the_chain():
     versions = [model(0)]
     for i in range(6):

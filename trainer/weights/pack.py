@@ -3,9 +3,9 @@
 A trainer publishes a new version every step or few; peers already hold the parent, so sending
 only what changed saves most of the bandwidth (see tensors.py for why bit-pattern deltas, zigzag
 difference or XOR, are exact and compress well). Which encoding wins is decided by compressing
-both and comparing sizes, not by a heuristic: early in training or after a large step a full
-version can be smaller, and guessing wrong costs either bandwidth or a needless dependency on the
-parent.
+both and comparing sizes (the full one only until it is longer than the delta), not by a heuristic:
+early in training or after a large step a full version can be smaller, and guessing wrong costs
+either bandwidth or a needless dependency on the parent.
 
 `full_every` bounds the chain: a newcomer must fetch the last full version plus every delta after
 it, so after `full_every - 1` deltas the next version is forced full.
@@ -95,17 +95,19 @@ def pack_version(
     )
     itemsizes = {t.name: ITEMSIZE[t.dtype] for t in index}
 
-    full_blob = payload.encode(raw, itemsizes, shuffle)
-    best = ("full", full_blob, payload.compress(full_blob, zstd_level))
+    best = None
     if _delta_allowed(parent_state_dict, parent_depth, full_every):
         parent = _carry(parent_state_dict, dtype)
         if _same_layout(tensors, parent):
             delta = {name: _delta(delta_op, raw[name], to_bytes(parent[name]), itemsizes[name])
                      for name in raw}
             delta_blob = payload.encode(delta, itemsizes, shuffle)
-            frame = payload.compress(delta_blob, zstd_level)
-            if len(frame) < len(best[2]):
-                best = ("delta", delta_blob, frame)
+            best = ("delta", delta_blob, payload.compress(delta_blob, zstd_level))
+    # the full frame wins ties; it is raced against the delta's, not finished once it is longer
+    full_blob = payload.encode(raw, itemsizes, shuffle)
+    full_frame = payload.compress(full_blob, zstd_level, give_up_above=len(best[2]) if best is not None else None)
+    if full_frame is not None:
+        best = ("full", full_blob, full_frame)
 
     encoding, blob, frame = best
     shards = tuple(frame[i : i + shard_size] for i in range(0, len(frame), shard_size))
