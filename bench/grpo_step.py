@@ -30,23 +30,19 @@ ENV_PARAMS = {"reasoning-gym:chain_sum": {"env.chain_sum.max_terms": 2, "env.cha
 
 
 def rollouts_batch(model, tokenizer, env, prompts: int, group: int, g):
-    import torch
-
     from gossip.assignment import assign_prompts
-    from trainer.grpo import group_advantages, make_batch
     from trainer.inference import TorchBackend
     from trainer.rollout import generate_rollouts
+    from trainer import single
 
     backend = TorchBackend(model, tokenizer.eos_token_id, tokenizer.pad_token_id, capture_hidden=False)
     indices = assign_prompts("bench-grpo-step", b"local", 0, prompts, env.n_prompts)
     rollouts = generate_rollouts(env, tokenizer, backend, indices, samples=group, max_new_tokens=g.max_new_tokens,
                                  temperature=g.temperature, task_id="bench-grpo-step", policy_version=0,
                                  format_weight=g.format_weight)
-    adv = group_advantages(torch.tensor([r.reward for r in rollouts]), group, g.std_normalize)
-    keep = [k for k in range(len(rollouts)) if adv[k] != 0] or list(range(len(rollouts)))
-    batch = make_batch([rollouts[k].completion.prompt_ids for k in keep],
-                       [rollouts[k].completion.token_ids for k in keep],
-                       [rollouts[k].completion.logprobs for k in keep], adv[keep], tokenizer.pad_token_id)
+    batch, _ = single.rollouts_batch(rollouts, g, tokenizer.pad_token_id)
+    if batch is None:  # every group scored alike: time the step on all of them anyway
+        batch, _ = single.rollouts_batch(rollouts, g, tokenizer.pad_token_id, keep_all=True)
     return batch, len(rollouts)
 
 

@@ -46,6 +46,22 @@ def evaluate(env: Environment, tokenizer, backend: Backend, cfg: SingleConfig, s
                                     seed_tag=f"eval-{step}")}
 
 
+def rollouts_batch(rollouts, g: GRPOConfig, pad_id: int, keep_all: bool = False):
+    """(the GRPO batch of `rollouts`, in groups of `g.group_size`, or None; the completions in it).
+
+    As the swarm's trainer job does (trainer/train_batch.py): completions whose whole group scored
+    the same carry no gradient, so they cost no forward/backward pass (`keep_all`: keep them anyway,
+    for a benchmark that must time a step whatever the rewards)."""
+    adv = group_advantages(torch.tensor([r.reward for r in rollouts]), g.group_size, g.std_normalize)
+    keep = [k for k in range(len(rollouts)) if keep_all or adv[k] != 0]
+    if not keep:
+        return None, 0
+    batch = make_batch([rollouts[k].completion.prompt_ids for k in keep],
+                       [rollouts[k].completion.token_ids for k in keep],
+                       [rollouts[k].completion.logprobs for k in keep], adv[keep], pad_id)
+    return batch, len(keep)
+
+
 def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleConfig(),
                log: Callable[[dict], None] | None = None,
                checkpoint: Callable[[dict, torch.nn.Module], None] | None = None) -> list[dict]:
@@ -87,21 +103,14 @@ def run_single(model, tokenizer, env: Environment, cfg: SingleConfig = SingleCon
                                      format_weight=g.format_weight)
         t1 = time.monotonic()
         rewards = torch.tensor([r.reward for r in rollouts])
-        adv = group_advantages(rewards, g.group_size, g.std_normalize)
-        # as the swarm's trainer job does (trainer/train_batch.py): completions whose whole group
-        # scored the same carry no gradient, so they cost no forward/backward pass
-        keep = [k for k in range(len(rollouts)) if adv[k] != 0]
+        batch, used = rollouts_batch(rollouts, g, tokenizer.pad_token_id)
         stats = {}
-        if keep:
-            batch = make_batch([rollouts[k].completion.prompt_ids for k in keep],
-                               [rollouts[k].completion.token_ids for k in keep],
-                               [rollouts[k].completion.logprobs for k in keep], adv[keep],
-                               tokenizer.pad_token_id)
+        if batch is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(g, step)
             stats = grpo_step(model, optimizer, batch, g, on_policy=True)  # sampled by these weights
         step += 1
-        record = {"step": step, "reward": float(rewards.mean()), "used": len(keep), "gen_s": round(t1 - t0, 3),
+        record = {"step": step, "reward": float(rewards.mean()), "used": used, "gen_s": round(t1 - t0, 3),
                   "train_s": round(time.monotonic() - t1, 3),
                   **{k: round(v, 5) for k, v in stats.items()}}
         if cfg.eval_every and (step % cfg.eval_every == 0 or finished()):  # and always the last batch
