@@ -43,9 +43,10 @@ from trainer.versions import VersionError, Versions
 
 __all__ = ["SAVE_EVERY", "JobError", "JobWorker"]
 
-# How often the job process writes a trainer's master weights and moments (node/jobrunner.py); it also
-# writes them when it stops. A crash loses at most this much of them, never a version (trainer.json is
-# written every step): the resumed trainer then continues from the published weights, fresh moments.
+# How often, at most, the job process writes a trainer's master weights and moments (node/jobrunner.py;
+# less often where a save is dear, trainer/trainjob.py: save_interval); it also writes them when it
+# stops. A crash loses the moments since the last save, never a version (trainer.json is written every
+# step): the resumed trainer then continues from the published weights, fresh moments.
 SAVE_EVERY = 30.0
 
 

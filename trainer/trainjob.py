@@ -2,11 +2,12 @@
 
 The trainer's model and optimizer stay in memory between steps (one per task). After a step the
 version is recorded and published at once; its master weights and optimizer moments are written
-(trainer/trainerstore.py) at most every `save_every` seconds and when the job process stops
-(`close`), so a restarted trainer given the same version resumes with the same Adam moments; given
-any other version (a crash since the last save) it starts a fresh optimizer from the published
-weights. Writing both after every step cost the job process, the swarm's critical path on one
-machine, about 65 ms of CPU and more of wall time per version.
+(trainer/trainerstore.py) at most every `save_every` seconds (longer if a save costs over a
+twentieth of that) and when the job process stops (`close`), so a restarted trainer given the same
+version resumes with the same Adam moments; given any other version (a crash since the last save)
+it starts a fresh optimizer from the published weights. Writing both after every step cost the job
+process, the swarm's critical path on one machine, about 65 ms of CPU and more of wall time per
+version.
 """
 
 from __future__ import annotations
@@ -41,8 +42,22 @@ class Trainer:
     version: int
     weights: bytes
     saved_at: float | None = None  # monotonic time of the last save of master weights and moments
+    save_s: float = 0.0  # what that save took
     unsaved: bool = False  # the model and optimizer moved past what the state dir holds
     restored: int = 0  # checkpoint.EXACT / MOMENTS: what a standby's checkpoint gave it (-1: unreadable)
+
+
+SAVE_SHARE = 20  # a trainer's state saves are at least this many times their own cost apart
+
+
+def save_interval(save_every: float, last_save_s: float) -> float:
+    """Seconds between a trainer's state saves: `save_every` (0: every step), or longer where a save
+    is dear, so that at most 1/SAVE_SHARE of the job process's time goes to saving. Why: the master
+    and the moments are 12 bytes a parameter (1.6 GB for SmolLM2-135M, seconds to serialize, hash
+    and write), and the job process shares its cores with the peer's workers and checks, so a save
+    every 30 s took CPU the swarm's generation needed; a crash costs the moments since the last
+    save, never a version."""
+    return save_every and max(save_every, SAVE_SHARE * last_save_s)
 
 
 class TrainJobs:
@@ -80,7 +95,7 @@ class TrainJobs:
         # them), and only every `save_every` seconds (`close` writes the rest); a trainer killed in
         # between resumes from the published weights
         now = time.monotonic()
-        if st.saved_at is None or now - st.saved_at >= self.save_every:
+        if st.saved_at is None or now - st.saved_at >= save_interval(self.save_every, st.save_s):
             st.saved_at = now
             self.store.later(lambda: self._save(task_id, st))
         if job.pack_state:  # after the answer too, before the next step moves the state on
@@ -109,8 +124,9 @@ class TrainJobs:
                 self._save(task_id, st)
 
     def _save(self, task_id: str, st: Trainer) -> None:
+        t0 = time.monotonic()
         self.store.save(task_id, st.optimizer, st.version, st.weights, weights_bytes(st.model))
-        st.unsaved = False
+        st.unsaved, st.save_s = False, time.monotonic() - t0
 
     def _trainer(self, job: jobs.TrainJob, cfg) -> Trainer:
         """The in-memory trainer if it is at this job's version and weights, else one rebuilt from

@@ -107,3 +107,21 @@ def test_a_job_process_saves_state_every_so_often_and_when_it_closes(tmp_path):
     assert (again.version, again.weights) == (2, v2.weights)  # the version is never lost
     fresh = crashed.run("train", TrainJob(TASK, 2, v2.weights, rollouts, again.manifest["root"], 0))
     assert fresh.version == 3 and fresh.weights != expected  # moments and master of version 1 do not fit 2
+
+
+def test_saves_are_spaced_by_what_they_cost(tmp_path):
+    """A save that takes 3 s is followed by none for 60 s, however short `save_every` is; 0 still
+    means every step; and a job process records what its saves took."""
+    from trainer.trainjob import SAVE_SHARE, save_interval
+
+    assert save_interval(30.0, 3.0) == 3.0 * SAVE_SHARE == 60.0
+    assert save_interval(30.0, 0.5) == 30.0
+    assert save_interval(0.0, 3.0) == 0.0
+    worker = JobWorker(tmp_path / "blobs", tmp_path / "state", defer_saves=True, save_every=30.0)
+    v0 = worker.run("init", InitJob(TASK, seed=7))
+    rollouts = tuple(worker.run("generate", GenerateJob(TASK, 0, v0.weights, p, 4, WORKER)).blob
+                     for p in ((1, 2), (3, 4)))
+    worker.run("train", TrainJob(TASK, 0, v0.weights, rollouts, v0.manifest["root"], 0))
+    worker.flush()
+    (trainer,) = worker.training._trainers.values()
+    assert trainer.save_s > 0 and not trainer.unsaved
