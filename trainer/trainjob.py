@@ -92,7 +92,7 @@ class TrainJobs:
         st.version, st.weights, st.unsaved = version, digest, True
         # the master weights and the moments (about 12 bytes per parameter) are written after the
         # answer when the job process defers saves (off the critical path, before the next job reads
-        # them), and only every `save_every` seconds (`close` writes the rest); a trainer killed in
+        # them), and only every `save_interval` seconds (`close` writes the rest); a trainer killed in
         # between resumes from the published weights
         now = time.monotonic()
         if st.saved_at is None or now - st.saved_at >= save_interval(self.save_every, st.save_s):
