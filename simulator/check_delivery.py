@@ -21,10 +21,12 @@ class Delivery(Check):
     too (a peer's first heartbeat is published before it has any connection, so it reaches nobody,
     in gossipsub as here). Messages on the global topics are measured
     (every subscribed peer must get them); status heartbeats are sampled by id in big swarms to bound
-    memory. Messages published within `grace` of the end, or while a partition is in force, are not
-    measured; nor is a heartbeat an honest peer kept (took, but did not relay by rule: its signer
-    neither vouched for nor naming a task that peer holds, swarm/core.py `_relays`), whose reach is
-    partial by design; those are counted (`kept`).
+    memory. Messages published within `grace` of the end, while a partition is in force, or within
+    JOIN_SETTLE of its heal are not measured (links across it were cut, and until the two sides have
+    dialled each other again a message reaches only its own side, as a joining peer's first does); nor
+    is a heartbeat an honest peer kept (took, but did not relay by rule: its signer neither vouched for
+    nor shown to work on a task it names, swarm/evidence.py), whose reach is partial by design; those
+    are counted (`kept`).
     """
 
     name = "delivery-complete"
@@ -63,7 +65,8 @@ class Delivery(Check):
         honest = [p for p in sorted(self.peers.ids) if self.peers.honest(p)]
         measured = 0
         for mid, (t0, publisher, topic, got) in sorted(self.msgs.items(), key=lambda kv: (kv[1][0], kv[0])):
-            if t0 + self.grace > end or any(a - self.grace <= t0 <= b for a, b in self.partitions) or mid in self.kept:
+            if t0 + self.grace > end or any(a - self.grace <= t0 <= b + JOIN_SETTLE for a, b in self.partitions) \
+                    or mid in self.kept:
                 continue
             if not self.peers.up_throughout(publisher, t0 - JOIN_SETTLE, t0):
                 continue  # a peer's first heartbeat goes out before it has any link: nobody can get it
