@@ -308,6 +308,27 @@ class ShardWant(Message):
 
 
 @dataclass(frozen=True)
+class TaskSummary(Message):
+    """A task's state as its active trainer sees it, one message for the whole task instead of one
+    heartbeat per member flooded to every peer: the workers whose batches it trained into its last
+    versions (most recent first), the completions those versions trained, the task's trainers it hears
+    alive, and its newest version and term (swarm/roles/summary.py). Peers take a listed worker as working
+    on the task (swarm/evidence.py), and show the rest in status and metrics."""
+
+    KIND: ClassVar[str] = "summary"
+    MAX_BODY: ClassVar[int] = 64 * 1024  # 512 peer ids of 52 characters, and room to spare
+
+    task_id: str = f(size=TASK_ID_HEX)
+    version: int = f(min=0)
+    term: int = f(min=0, max=MAX_TERM)
+    workers: tuple[str, ...] = f(max=512, item_max=64)
+    completions: int = f(min=0)
+    trainers_alive: tuple[str, ...] = f(max=16, item_max=64)
+    versions: int = f(min=0, max=1 << 10)  # how many versions back `workers` and `completions` reach
+    sent_at: float = f(min=0, max=MAX_TIME)
+
+
+@dataclass(frozen=True)
 class Probe(Message):
     """A timestamped payload for measuring gossip delivery (latency, loss) between live peers."""
 
@@ -322,5 +343,5 @@ class Probe(Message):
 MESSAGE_KINDS: dict[str, type[Message]] = {
     cls.KIND: cls
     for cls in (TaskAnnouncement, StatusHeartbeat, RolloutCommitment, Verdict, WeightManifest, TrainerCheckpoint,
-                ShardHave, ShardWant, Probe)
+                ShardHave, ShardWant, TaskSummary, Probe)
 }

@@ -17,7 +17,7 @@ PIECES = "pieces"
 # Which message kinds may appear on which topic; anything else is refused as wrong-topic. `have` and
 # `want` stay allowed on `weights`, where peers of releases before the pieces topic publish them.
 KINDS_ON_GLOBAL = {TASKS: ("task",), STATUS: ("status",), PROBE: ("probe",)}
-KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "checkpoint", "have", "want"),
+KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "checkpoint", "have", "want", "summary"),
                  PIECES: ("have", "want")}
 
 

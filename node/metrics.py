@@ -178,6 +178,12 @@ def _task_metrics(m: _Families, snap: dict) -> None:
                     active.get("term"), task=t["task_id"])
             m.gauge("trainer_chain_version", "Newest version of the task's active trainer chain, as this node sees it.",
                     active.get("version"), task=t["task_id"])
+        summary = _dict(t.get("summary"))
+        if summary and t.get("task_id"):
+            m.gauge("task_summary_workers", "Workers the task's trainer trained batches of lately, by its summary.",
+                    summary.get("workers"), task=t["task_id"])
+            m.gauge("task_summary_trainers_alive", "The task's trainers its active trainer hears alive, by its summary.",
+                    summary.get("trainers_alive"), task=t["task_id"])
 
 
 # Work fields that only grow (exported as counters); every other numeric field is a gauge.

@@ -22,6 +22,11 @@ def render_status(snap: dict) -> str:
     lines.append(f"tasks: {len(tasks)}")
     for t in tasks:
         lines.append(f"  {t['task_id']}  {t['name']}  model={t['model']}  env={t['env']}  async_level={t['async_level']}")
+        s = t.get("summary")
+        if s:  # the task's trainer's own word on it (swarm/roles/summary.py)
+            lines.append(f"    summary: version {s['version']} term {s['term']}, {s['workers']} workers and "
+                         f"{s['completions']} completions over {s['versions']} versions, "
+                         f"{s['trainers_alive']} trainers alive ({s['age']:.0f} s ago)")
         for role, work in sorted(snap.get("work", {}).items()):
             reason = (work.get(t["task_id"]) or {}).get("refused") if isinstance(work, dict) else None
             if reason:  # this node cannot work on the task as signed: what to install or fetch

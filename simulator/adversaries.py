@@ -223,8 +223,8 @@ class HeartbeatFlood(Behaviour):
     role, an hour's interval and a swarm of 1,000, at `rate` a second (the real attack's 18/s sits
     under a forwarder's 20 new signers/s). Nothing it sends is invalid, so it is never banned: what
     holds is the newcomer budget and that no peer relays a heartbeat nothing vouches for
-    (swarm/membership.py, swarm/core.py `_relays`). `name_task` 1: the fakes name every task the
-    flooder holds, so peers that hold it relay them within their budgets."""
+    (swarm/membership.py, swarm/core.py `_on_heartbeat`). `name_task` 1: the fakes name every task the
+    flooder holds, which is free, so it earns them nothing more (swarm/evidence.py)."""
 
     kind = "heartbeat-flood"
     detectable = False

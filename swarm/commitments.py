@@ -88,6 +88,10 @@ class CommitmentBook:
         evidence that they work on the task (swarm/context.py `workers_of`)."""
         return self._by_worker.keys()
 
+    def works(self, peer: str) -> bool:
+        """Whether `peer` signed a commitment we still hold: a relay carries its heartbeats (swarm/evidence.py)."""
+        return peer in self._by_worker
+
     def worked_before(self, version: int, besides: str) -> bool:
         """Whether a worker other than `besides` committed for a version older than `version`."""
         return any(v < version for w, v in self._first_version.items() if w != besides)

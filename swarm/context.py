@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from gossip.envelope import seal
 from gossip.identity import Identity, peer_id_from_public_key
-from gossip.messages import Message, RolloutCommitment, Verdict, WeightManifest
+from gossip.messages import Message, RolloutCommitment, TaskSummary, Verdict, WeightManifest
 from gossip.release import CURRENT, Release
 from swarm.io import Dial, Publish, RunJob, SendRequest
 from swarm.peerinfo import ALIVE
@@ -30,9 +30,12 @@ if TYPE_CHECKING:
     from swarm.forkchoice import Chains, ForkChoice
     from swarm.membership import Membership, PeerInfo
     from swarm.stats import GossipStats
+    from swarm.summaries import TaskSummaries
     from swarm.tasks import TaskBook
     from swarm.timers import Timers
     from swarm.trust import Trust
+
+FIRST_WORK_BEAT = 2.0  # seconds from our first commitment to a task to our next gossiped heartbeat
 
 
 class Pending:
@@ -70,7 +73,8 @@ class RoleContext:
     def __init__(self, identity: Identity, roles: tuple[str, ...], seed: int, *, membership: Membership,
                  ledger: ReputationLedger, tasks: TaskBook, versions: dict[str, int], blobs: BlobRefs,
                  timers: Timers, seen: SeenCache, stats: GossipStats, trust: Trust, pending: Pending,
-                 chains: Chains, release: Release = CURRENT, stall: StallWatch | None = None) -> None:
+                 chains: Chains, release: Release = CURRENT, stall: StallWatch | None = None,
+                 summaries: TaskSummaries | None = None) -> None:
         self.release = release  # what this peer speaks: a task may need capabilities it lacks (refusal.py)
         self._stall = stall or StallWatch()
         self._identity = identity
@@ -87,6 +91,7 @@ class RoleContext:
         self._trust = trust
         self._pending = pending
         self._chains = chains
+        self._summaries = summaries  # the task summaries held (swarm/summaries.py): ours too, gossip never echoes them
         self._shards = None  # the shard exchange role, itself built with this context (`attach_shards`)
 
     def attach_shards(self, shards) -> None:
@@ -135,11 +140,25 @@ class RoleContext:
         self._seen.add(signed.msg_id, now)
         self._stats.on_published(topic, len(signed.wire))
         if isinstance(message, RolloutCommitment):  # verdicts about our own batches are about a known commitment
+            first = not self._trust.book(message.task_id).works(self.peer_id)
             self._trust.record_own(message.task_id, signed.msg_id, message)
+            if first:
+                self._beat_soon(now)
         elif isinstance(message, Verdict) and message.passed and message.task_id in self._tasks.tasks \
                 and self.trusts_verdicts_of(message.task_id, self.public_key):
             self._trust.prove(self.signer(message.subject))  # gossip never echoes our own verdict to us
+        elif isinstance(message, TaskSummary) and self._summaries is not None:
+            self._summaries.add(message, self.peer_id)
         return [Publish(topic, signed.wire)]
+
+    def _beat_soon(self, now: float) -> None:
+        """Our first commitment to a task: gossip a heartbeat within `FIRST_WORK_BEAT`, whatever our pace.
+        Relays carry a heartbeat naming a task only with evidence that its signer works on it
+        (swarm/evidence.py), so before this one ours reached our neighbours' neighbours; now the peers that
+        hold the commitment carry it, and the trainer learns the addresses it dials for our batch."""
+        at = self._timers.due("heartbeat")
+        if at is not None and at > now + FIRST_WORK_BEAT:
+            self._timers.set("heartbeat", now + FIRST_WORK_BEAT)
 
     def job(self, owner, tag: object, kind: str, payload: object) -> RunJob:
         """A job whose JobFinished goes to `owner.on_job_finished(now, tag, done)`."""

@@ -22,7 +22,7 @@ from gossip.envelope import EnvelopeMemo, SignedMessage, open_envelope, seal
 from gossip.errors import Rejected
 from gossip.identity import Identity
 from gossip.messages import (MAX_PEERS_DECLARED, Probe, RolloutCommitment, ShardHave, StatusHeartbeat,
-                             TaskAnnouncement, TrainerCheckpoint, Verdict, WeightManifest)
+                             TaskAnnouncement, TaskSummary, TrainerCheckpoint, Verdict, WeightManifest)
 from gossip.release import by_name as release_named
 from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
@@ -31,6 +31,7 @@ from swarm.blobrefs import BlobRefs
 from swarm.commands import Commands
 from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBook
 from swarm.context import Pending, RoleContext
+from swarm.evidence import Evidence
 from swarm.forkchoice import Chains
 from swarm.intake import KEPT, Intake
 from swarm.linkbeat import LinkBeat
@@ -50,6 +51,7 @@ from swarm.roles.worker import WorkerRole
 from swarm.rng import Rng
 from swarm.stall import StallWatch
 from swarm.stats import GossipStats
+from swarm.summaries import TaskSummaries
 from swarm.taskparams import TaskParams
 from swarm.tasks import TaskBook
 from swarm.tasksync import TaskSync
@@ -118,6 +120,8 @@ class PeerCore:
         self.chains = Chains()  # per task: which trainer's chain this peer follows (swarm/forkchoice.py)
         self.trust = Trust(self.peer_id, identity.public_key, "trainer" in config.roles, self.ledger)
         self.membership.vouches = self._vouches
+        self.summaries = TaskSummaries()  # per task, the newest its trainers signed (swarm/summaries.py)
+        self.evidence = Evidence(self.tasks, self.trust, self.summaries)
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         if envelope_memo is not None and envelope_memo.kinds != release.kinds:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
@@ -127,7 +131,7 @@ class PeerCore:
         self.context = ctx = RoleContext(
             identity, config.roles, seed, membership=self.membership, ledger=self.ledger, tasks=self.tasks,
             versions=self.versions, blobs=self.blobs, timers=self.timers, seen=self.seen, stats=self.stats,
-            trust=self.trust, pending=self.pending, chains=self.chains, release=release, stall=self.stall)
+            trust=self.trust, pending=self.pending, chains=self.chains, release=release, stall=self.stall, summaries=self.summaries)
         self.roles: list[Role] = [ROLE_CLASSES[r](ctx) for r in config.roles if r in ROLE_CLASSES]
         self.shards = ShardsRole(ctx, ctx.rng("shards"))  # every peer serves what it holds
         ctx.attach_shards(self.shards)
@@ -309,8 +313,11 @@ class PeerCore:
         try:
             effects = self.membership.on_heartbeat(now, signer, message, via, vouched)
         except NoRoom:  # past the newcomer budget: no entry, yet relayed if it may be of use (swarm/newcomers.py)
-            return [] if self._names_held_task(message) else [KEPT]
-        if via is not None and not self._relays(bool(vouched), message):
+            return [] if self.evidence.works_on_held_task(signer, message) else [KEPT]
+        # Relayed only if someone can use it: its signer vouched for (linked to us: the first hop of every
+        # heartbeat; named by a task; proven work) or shown to work on a task it names that we hold
+        # (swarm/evidence.py: naming a task is free). A fresh key's stops at its signer's neighbours.
+        if via is not None and not vouched and not self.evidence.works_on_held_task(signer, message):
             effects.insert(0, KEPT)
         if self._pace is None and message.peers and "heartbeat" in self.timers:
             self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
@@ -326,17 +333,6 @@ class PeerCore:
             return True
         worked = frozenset(task_id for role in self.roles for task_id in getattr(role, "tasks", ()))
         return bool(worked) and self.tasks.names(peer, worked)
-
-    def _relays(self, vouched: bool, beat: StatusHeartbeat) -> bool:
-        """Relay a gossiped heartbeat only if its signer is `vouched` for (linked to us: the first hop of
-        every heartbeat; named by a task; proven work) or it names a task we hold: someone must be able to
-        use it. Anything else stops here: a fresh key's heartbeat reaches the neighbours of whoever
-        signed it, and no further (swarm/membership.py, newcomers; issue 27, attack 1)."""
-        return vouched or self._names_held_task(beat)
-
-    def _names_held_task(self, beat: StatusHeartbeat) -> bool:
-        held = self.tasks.tasks
-        return any(t in held for t in beat.tasks)
 
     def _last_seen(self, peer: str) -> float | None:
         info = self.membership.peers.get(peer)
@@ -357,6 +353,8 @@ class PeerCore:
     def _forget_dropped(self, now: float) -> list:
         """Tasks that left the table: the exchange and the roles let go (a trainer's next job crashed on them)."""
         dropped, self.tasks.dropped = self.tasks.dropped, []
+        for task_id in dropped:
+            self.summaries.forget(task_id)
         return [e for t in dropped for e in self.shards.forget_task(t) + sum((r.forget_task(now, t) for r in self.roles), [])]
 
     def _on_task_message(self, now: float, topic: str, signed: SignedMessage, signer: str) -> list:
@@ -375,6 +373,8 @@ class PeerCore:
         if isinstance(signed.message, WeightManifest):
             self.tasks.heard_manifest(task_id, now)  # authorised above: signed by one of its trainers
             effects += self._judge_chain(now, task, signed)
+        if isinstance(signed.message, TaskSummary):  # authorised above: signed by one of its trainers
+            self.summaries.add(signed.message, signer)
         if isinstance(signed.message, TrainerCheckpoint):
             self.chains.of(task_id, TaskParams.of(task).takeover_s).judge_checkpoint(task, signed.message, signed.signer)
         if isinstance(signed.message, RolloutCommitment):

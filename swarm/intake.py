@@ -19,7 +19,7 @@ Forwarder ids are free too, so the same budget also holds for all forwarders of 
 since honest peers may share a network with the spammer.
 
 A handler may take a message and still stop it here (`KEPT`: a heartbeat nothing vouches for,
-swarm/core.py `_relays`): it counts as accepted, and gossip is told not to relay it. It earns no
+swarm/core.py `_on_heartbeat`): it counts as accepted, and gossip is told not to relay it. It earns no
 reputation: nothing vouches for its signer, and a flood of keys minted one per heartbeat made a ledger
 record per key (each evicting another) and credited nobody but the flooder's own keys.
 """

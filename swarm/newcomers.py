@@ -8,8 +8,9 @@ other peer is a newcomer, charged to the source network its heartbeat came throu
 per network and `total` in all. Past that a heartbeat makes no entry (`NoRoom`), but it is not refused:
 gossip judges a message at its first arrival only, so an attacker that relays honest heartbeats to us
 before anyone else would have them dropped here for good (a 1,000-peer run lost every trainer's
-heartbeat that way and trained nothing). The core relays it if it names a task we hold, and keeps it
-otherwise, as any heartbeat nothing vouches for (swarm/core.py `_relays`). Newcomers then count toward
+heartbeat that way and trained nothing). The core relays it if its signer is shown to work on a task
+it names that we hold (swarm/evidence.py), and keeps it otherwise, as any heartbeat nothing vouches for
+(swarm/core.py `_on_heartbeat`). Newcomers then count toward
 our pace only up to the vouched peers' number, so a flood can at most double our interval; toward a
 task's split of the work the same way until some worker commits to it, and from then on only up to as
 many as the workers vouched for or committing (swarm/context.py `workers_of`). Those charged first count

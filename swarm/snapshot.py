@@ -15,6 +15,7 @@ def status(core, now: float) -> dict:
     for t in tasks:  # who trains it: active trainer and term, standbys, this peer's own trainer state
         own = work.get("trainer", {}).get(t["task_id"])
         t["trainer_chain"] = task_trainers(core, t["task_id"], core.tasks.tasks[t["task_id"]].task.trainer_keys, own)
+        t["summary"] = core.summaries.snapshot(t["task_id"], now)  # its trainer's word on it (swarm/summaries.py)
     return {
         "peer_id": core.peer_id,
         "agent": core.config.agent,

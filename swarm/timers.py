@@ -26,6 +26,10 @@ class Timers:
         if at is not None and at == self._next:
             self._next = None
 
+    def due(self, name: str) -> float | None:
+        """When `name` is due (None: not set)."""
+        return self._due.get(name)
+
     def __contains__(self, name: str) -> bool:
         return name in self._due
 

@@ -16,7 +16,7 @@ from gossip import errors
 from gossip.envelope import SignedMessage
 from gossip.errors import Rejected
 from gossip.identity import peer_id_from_public_key
-from gossip.messages import RolloutCommitment, TaskAnnouncement, TrainerCheckpoint, Verdict, WeightManifest
+from gossip.messages import RolloutCommitment, TaskAnnouncement, TaskSummary, TrainerCheckpoint, Verdict, WeightManifest
 from gossip.reputation import ReputationLedger
 from swarm.commitments import CommitmentBook
 from swarm.io import Ban, Emit
@@ -72,7 +72,8 @@ class Trust:
 
     @staticmethod
     def authorise(task: TaskAnnouncement, signed: SignedMessage) -> None:
-        if isinstance(signed.message, (WeightManifest, TrainerCheckpoint)) and signed.signer not in task.trainer_keys:
+        if isinstance(signed.message, (WeightManifest, TrainerCheckpoint, TaskSummary)) \
+                and signed.signer not in task.trainer_keys:
             raise Rejected(errors.UNAUTHORIZED, f"{signed.kind} signed by a key the task does not name as a trainer")
 
     @staticmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gossip.identity import Identity
 from gossip.messages import (PeerAddrs, Probe, RolloutCommitment, ShardHave, ShardWant, TrainerCheckpoint, StatusHeartbeat,
-                             TaskAnnouncement, TensorEntry, Verdict, WeightManifest)
+                             TaskAnnouncement, TaskSummary, TensorEntry, Verdict, WeightManifest)
 
 ALICE = Identity(bytes(range(32)))
 BOB = Identity(bytes(range(1, 33)))
@@ -39,5 +39,7 @@ def all_messages() -> list:
                           created_at=T0),
         ShardHave(task_id=tid, root=h, version=4, bitmap=b"\x05", sent_at=T0),
         ShardWant(task_id=tid, root=h, indices=(0, 1), sent_at=T0),
+        TaskSummary(task_id=tid, version=4, term=1, workers=(BOB.peer_id,), completions=128,
+                    trainers_alive=(BOB.peer_id,), versions=16, sent_at=T0),
         Probe(seq=7, sent_at=T0, payload=b"x" * 1024),
     ]

@@ -138,7 +138,7 @@ def verdict_rows(snap: dict) -> list[tuple[str, str, str]]:
     return rows
 
 
-TASK_COLUMNS = ("task", "name", "env", "current", "held", "lag", "async lvl", "trainers", "active trainer")
+TASK_COLUMNS = ("task", "name", "env", "current", "held", "lag", "async lvl", "trainers", "active trainer", "workers")
 
 
 def task_view(snap: dict) -> dict[str, dict]:
@@ -164,7 +164,9 @@ def task_view(snap: dict) -> dict[str, dict]:
         out[tid] = {"name": t.get("name"), "env": t.get("env"), "model": t.get("model"), "current": current,
                     "held": held, "lag": lag, "async_level": t.get("async_level"),
                     "trainers": len(lst(t.get("trainers"))), "downloading": downloading,
-                    "active_trainer": active_trainer(t)}
+                    "active_trainer": active_trainer(t),
+                    # the workers its trainer trained lately, by the task summary (swarm/roles/summary.py)
+                    "workers": d(t.get("summary")).get("workers")}
     return out
 
 
@@ -185,7 +187,7 @@ def task_rows(snap: dict) -> list[tuple[str, ...]]:
             held_text += " (fetching " + ", ".join(v["downloading"][-2:]) + ")"
         rows.append((tid[:12], str(v["name"] or "?"), str(v["env"] or "?"), fmt_num(v["current"]), held_text,
                      fmt_num(v["lag"]), fmt_num(v["async_level"]), str(v["trainers"]),
-                     v["active_trainer"]))
+                     v["active_trainer"], fmt_num(v["workers"])))
     return rows
 
 

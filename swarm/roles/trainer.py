@@ -30,7 +30,7 @@ from gossip.messages import RolloutCommitment, TensorEntry, TrainerCheckpoint, V
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking, quorum, refusal, standby, steps, trainerstate
+from swarm.roles import checking, quorum, refusal, standby, steps, summary, trainerstate
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
@@ -78,6 +78,7 @@ class TrainerTask:
     states: Checkpoints | None = None  # trainer checkpoints published or fetched (trainerstate.py)
     resume_state: TrainerCheckpoint | None = None  # handed to the first train job after a takeover
     refused: str = ""  # why this peer cannot train the task (a `refused: ...` job error): it stops there
+    recent: summary.Recent = field(default_factory=summary.Recent)  # what the task summary says (summary.py)
 
 
 class TrainerRole(Role):
@@ -291,6 +292,8 @@ class TrainerRole(Role):
         # a new checkpoint's shards are seeded before the old version's are released (a gc spares them)
         effects = released + (self._checkpoint(now, state, result.state, manifest) if kind == jobs.TRAIN else [])
         effects += self._keep_chain(now, state, manifest)
+        state.recent.trained(result.version, [p.worker for p in state.in_step],
+                             sum(len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt for p in state.in_step))
         for p in state.in_step:
             state.trained_commitments += 1
             state.worked[p.worker] = state.worked.get(p.worker, 0) + 1
@@ -363,6 +366,7 @@ class TrainerRole(Role):
                                              replace(state.manifests[v], created_at=now))
         if chain:
             effects += trainerstate.announce(self.ctx, now, state.states, again=True)
+        effects += summary.publish(self.ctx, now, task_id, state.version, state.term, self.keys[task_id], state.recent)
         self.ctx.timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
         return effects
 

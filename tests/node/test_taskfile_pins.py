@@ -80,6 +80,19 @@ def test_status_text_says_why_a_task_is_refused():
     assert "validator" not in "".join(text)
 
 
+def test_status_text_shows_the_task_summary():
+    from node.status_text import render_status
+
+    task = {"task_id": "abc", "name": "rg", "model": "m", "env": "e", "async_level": 2,
+            "summary": {"signer": "t", "version": 41, "term": 1, "workers": 12, "completions": 3072, "versions": 16,
+                        "trainers_alive": 2, "age": 7.4}}
+    text = render_status({"peer_id": "me", "roles": ["relay"], "uptime": 3, "peers": [], "tasks": [task],
+                          "messages": {}}).splitlines()
+    at = text.index("  abc  rg  model=m  env=e  async_level=2")
+    assert text[at + 1] == ("    summary: version 41 term 1, 12 workers and 3072 completions over 16 versions, "
+                            "2 trainers alive (7 s ago)")
+
+
 def test_status_text_names_the_protocol_and_peers_on_another_release():
     from node.status_text import render_status
 

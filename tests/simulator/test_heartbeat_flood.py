@@ -1,8 +1,8 @@
 """Issue 27's attack 1 in the simulator: a peer floods heartbeats signed by keys it mints, 18 a second,
 each declaring an hour's interval. Nothing vouches for a fresh key, so the flooder's neighbours take a
-bounded number of them and relay none (swarm/core.py `_relays`): the fakes reach no peer beyond its
-neighbours, no honest interval stretches, and training goes on. Fakes that name the task are relayed
-by peers that hold it; each peer keeps an entry for a bounded number (swarm/newcomers.py)."""
+bounded number of them and relay none (swarm/core.py `_on_heartbeat`): the fakes reach no peer beyond its
+neighbours, no honest interval stretches, and training goes on. Fakes that name the task are no
+different: naming it is free, and nothing shows their signers work on it (swarm/evidence.py)."""
 
 from __future__ import annotations
 
@@ -116,13 +116,11 @@ def test_fresh_key_heartbeats_are_contained_and_stretch_no_honest_interval(name_
             why[f.get("why", "taken")] += 1
     widest = max(len(p) for p in reached.values())
     budget = MembershipConfig()
-    if not name_task:
-        # no peer relays a fake (a relayed one is recorded `deliver`: taken): each reached only the peers
-        # the flooder pushed it to, its neighbours, which kept it (a bounded number with an entry)
-        assert why["taken"] == 0 and why["kept"] > 0, why
-    else:  # named: peers holding the task relay them (past the budget too: swarm/newcomers.py says why),
-        # each keeping an entry for a bounded number
-        assert why["taken"] > 0 and widest == len(honest), (widest, why)
+    # whether or not the fakes name the task: no peer relays one (a relayed one is recorded `deliver`:
+    # taken), since nothing shows their signers work on it (swarm/evidence.py); each reached only the
+    # peers the flooder pushed it to, its neighbours, which kept it (a bounded number with an entry)
+    assert why["taken"] == 0 and why["kept"] > 0, why
+    assert widest < len(honest) / 2, (widest, len(honest))
     # every honest peer's interval stays where the honest swarm puts it (31 peers: the 2 s base, up to
     # twice that with newcomers counted) and the newcomers it holds alive stay within the budget
     for i, (adversary, snap) in final.items():

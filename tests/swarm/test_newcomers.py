@@ -10,7 +10,7 @@ from gossip import topics
 from gossip.envelope import seal
 from gossip.errors import Rejected
 from gossip.identity import Identity
-from gossip.messages import StatusHeartbeat
+from gossip.messages import RolloutCommitment, StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import LocalCommand, MessageReceived
 from swarm.membership import ALIVE, Membership, MembershipConfig
@@ -155,39 +155,98 @@ def relay_holding_a_task() -> tuple[PeerCore, str]:
     return relay, t.task_id
 
 
+def heartbeat_from(relay: PeerCore, key: Identity, tasks: tuple, role: str = "worker", seq: int = 1):
+    """`key`'s heartbeat naming `tasks`, as a flooder forwards it: the relay's verdict."""
+    beat_ = StatusHeartbeat(seq=seq, sent_at=T0, interval=2.0, roles=(role,), agent="t", listen_addrs=(),
+                            tasks=tasks, versions={}, known_peers=(), peers=0)
+    return relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))[0]
+
+
 def gossip_fresh_beats(relay: PeerCore, task_id: str, role: str):
     """A heartbeat from a fresh key naming the task, then one from another naming none, as the flooder
     forwards them: (name, key, the relay's verdict) for each."""
     for n, (name, tasks) in enumerate((("names", (task_id,)), ("none", ()))):
         key = Identity(bytes([n + 7]) * 32)
-        beat_ = StatusHeartbeat(seq=1, sent_at=T0, interval=2.0, roles=(role,), agent="t", listen_addrs=(),
-                                tasks=tasks, versions={}, known_peers=(), peers=0)
-        yield name, key, relay.handle(T0, MessageReceived(topics.STATUS, seal(key, beat_).wire, "flooder"))[0]
+        yield name, key, heartbeat_from(relay, key, tasks, role)
 
 
-def test_a_heartbeat_past_the_budget_is_still_relayed_when_it_names_a_task_we_hold():
+def commit(relay: PeerCore, key: Identity, task_id: str) -> None:
+    """`key` commits rollouts to the task, as gossip brings the commitment to the relay."""
+    c = RolloutCommitment(task_id=task_id, policy_version=0, created_at=T0, blob_hash=bytes(key.public_key),
+                          blob_size=100, prompt_indices=(1, 2), samples_per_prompt=4, num_tokens=80, mean_reward=0.5)
+    topic = topics.task_topic(task_id, "rollouts")
+    assert relay.handle(T0, MessageReceived(topic, seal(key, c).wire, "flooder"))[0].accepted
+
+
+def test_past_the_budget_only_a_heartbeat_whose_signer_the_task_names_is_still_relayed():
     """Gossip judges a message at its first arrival only: a flooder that relays an honest trainer's
-    heartbeat to us first must not get it dropped here for good. Past the budget it makes no entry,
-    and is relayed if it names a task we hold, kept otherwise."""
+    heartbeat to us first must not get it dropped here for good. Past the budget it makes no entry, and
+    is relayed if its signer is shown to work on a task we hold (the task names it), kept otherwise:
+    naming the task is free (swarm/evidence.py)."""
     relay, task_id = relay_holding_a_task()
     relay.membership.newcomers.per_net = 0  # the flooder's network has spent its budget
     verdicts = {}
     for name, key, verdict in gossip_fresh_beats(relay, task_id, "trainer"):
         verdicts[name] = verdict
         assert key.peer_id not in relay.membership.peers  # no entry either way
-    assert verdicts["names"].accepted and not verdicts["none"].accepted and verdicts["none"].reason == errors.KEPT
+    named = heartbeat_from(relay, ALICE, (task_id,), "trainer")  # the task's own trainer
+    assert named.accepted and ALICE.peer_id not in relay.membership.peers
+    for name in ("names", "none"):
+        assert not verdicts[name].accepted and verdicts[name].reason == errors.KEPT
+
+
+def test_naming_a_task_relays_nothing_until_the_signer_commits_to_it():
+    """A fresh key's heartbeat naming the task is taken and kept (it earns no reputation); once we hold a
+    rollout commitment it signed for the task, its heartbeats are relayed and credit it."""
+    relay, task_id = relay_holding_a_task()
+    key = Identity(b"\x09" * 32)
+    first = heartbeat_from(relay, key, (task_id,))
+    assert not first.accepted and first.reason == errors.KEPT and key.peer_id in relay.membership.peers
+    assert relay.ledger.get(key.peer_id) is None and relay.ledger.get("flooder") is None
+    commit(relay, key, task_id)
+    assert heartbeat_from(relay, key, (task_id,), seq=2).accepted
+    assert relay.ledger.get(key.peer_id).accepted >= 1
+    # evidence for one task is not evidence for another: a heartbeat naming only that one is kept
+    other = task(name="other")
+    relay.tasks.add(T0, seal(ALICE, other))
+    assert heartbeat_from(relay, key, (other.task_id,), seq=3).reason == errors.KEPT
 
 
 def test_a_kept_heartbeat_earns_its_signer_and_its_forwarder_nothing():
     """Nothing vouches for a kept heartbeat's signer: a flood of keys minted one per heartbeat made a
-    ledger record per key (each evicting another), where a relayed one credits its signer."""
+    ledger record per key (each evicting another)."""
     relay, task_id = relay_holding_a_task()
-    records = {}
     for name, key, verdict in gossip_fresh_beats(relay, task_id, "worker"):
-        assert verdict.accepted == (name == "names") and key.peer_id in relay.membership.peers  # both taken
-        records[name] = relay.ledger.get(key.peer_id)
-    assert records["names"] is not None and records["names"].accepted == 1
-    assert records["none"] is None and relay.ledger.get("flooder") is None
+        assert verdict.reason == errors.KEPT and key.peer_id in relay.membership.peers  # taken, not relayed
+        assert relay.ledger.get(key.peer_id) is None
+    assert relay.ledger.get("flooder") is None
+
+
+def test_a_workers_first_commitment_brings_its_next_heartbeat_forward_and_only_the_first():
+    """A worker's heartbeats are relayed past its neighbours only once peers hold its commitment: so it
+    gossips one `FIRST_WORK_BEAT` after its first commitment to a task, whatever its pace, which
+    carries the addresses its trainer dials for the batch."""
+    from dataclasses import replace
+
+    from swarm.context import FIRST_WORK_BEAT
+
+    worker = PeerCore(Identity(b"\x03" * 32), CoreConfig(roles=("worker",)), seed=3)
+    t = task()
+    worker.tasks.add(T0, seal(ALICE, t))
+    worker.timers.set("heartbeat", T0 + 500.0)  # a big swarm's pace
+    c = RolloutCommitment(task_id=t.task_id, policy_version=0, created_at=T0, blob_hash=bytes(32), blob_size=100,
+                          prompt_indices=(1, 2), samples_per_prompt=4, num_tokens=80, mean_reward=0.5)
+    worker.context.publish(T0, topics.task_topic(t.task_id, "rollouts"), c)
+    assert worker.timers.due("heartbeat") == T0 + FIRST_WORK_BEAT
+    worker.timers.set("heartbeat", T0 + 500.0)
+    worker.context.publish(T0 + 3, topics.task_topic(t.task_id, "rollouts"),
+                           replace(c, policy_version=1, blob_hash=bytes([1]) * 32))
+    assert worker.timers.due("heartbeat") == T0 + 500.0
+    # no heartbeat timer yet (no link): nothing to bring forward
+    fresh = PeerCore(Identity(b"\x04" * 32), CoreConfig(roles=("worker",)), seed=4)
+    fresh.tasks.add(T0, seal(ALICE, t))
+    fresh.context.publish(T0, topics.task_topic(t.task_id, "rollouts"), c)
+    assert "heartbeat" not in fresh.timers
 
 
 def test_the_kept_counts_match_a_scan_of_the_table_under_random_traffic():

@@ -63,8 +63,12 @@ def test_metrics_match_a_real_snapshot():
     delivered = snap["gossip"]["latency_histogram"]["status"]["count"]
     assert got['swarm_gossip_delivery_seconds_count{kind="status"}'] == delivered > 0
     assert got['swarm_gossip_delivery_seconds_bucket{kind="status",le="+Inf"}'] == delivered
-    worker = parse(render_metrics(live.status(live.workers[0])))
+    worker_snap = live.status(live.workers[0])
+    worker = parse(render_metrics(worker_snap))
     assert worker[f'swarm_worker_commitments_total{{task="{tid}"}}'] > 0
+    summary = next(t for t in worker_snap["tasks"] if t["task_id"] == tid)["summary"]  # the trainer's
+    assert worker[f'swarm_task_summary_workers{{task="{tid}"}}'] == summary["workers"]
+    assert worker[f'swarm_task_summary_trainers_alive{{task="{tid}"}}'] == summary["trainers_alive"] == 1
     assert worker["swarm_weight_bytes_received_total"] > 0
 
 

@@ -135,7 +135,8 @@ def test_tasks_show_the_active_trainer_and_its_term(live):
     view = model.task_view(snap)[live.task_id]
     assert view["active_trainer"] == f"{model.short_id(live.trainer.peer_id)} r0 t0"
     [row] = [r for r in model.task_rows(snap) if r[0] == live.task_id[:12]]
-    assert row[-1] == view["active_trainer"] and len(row) == len(model.TASK_COLUMNS)
+    assert row[-2] == view["active_trainer"] and len(row) == len(model.TASK_COLUMNS)
+    assert isinstance(view["workers"], int) and row[-1] == str(view["workers"])  # by the trainer's summary
     taken_over = {"tasks": [{"task_id": "t1", "trainer_chain": {"active": {"peer_id": "12D3KooWabcdefghijklmnop",
                                                                            "rank": 1, "term": 3}}}]}
     assert model.task_view(taken_over)["t1"]["active_trainer"] == "12D3Ko..klmnop r1 t3"
