@@ -14,10 +14,10 @@ from gossip.identity import Identity
 from swarm.core import CoreConfig, PeerCore
 from swarm import protocols, shardwire
 from swarm.io import (Ban, CheckShards, CommandResult, Dial, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, KeepShards,
-                      MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
+                      LocalCommand, MessageReceived, MessageVerdict, PeerConnected, PeerDisconnected, Publish, RequestReceived,
                       Respond, RespondShard, ResponseReceived, RunJob, SendRequest, ShardSent, ShardsPresent,
                       Started, StoreBlob, StoreShard, Subscribe, Tick, Unsubscribe)
-from tests.samples import T0
+from tests.samples import T0, task
 
 
 FAKE_SHARD = 256
@@ -319,3 +319,12 @@ def star_net(n: int, **config) -> tuple[MemoryNet, list[PeerCore]]:
     for other in cores[1:]:
         net.connect(cores[0].peer_id, other.peer_id)
     return net, cores
+
+
+def announce_small_task(net: "MemoryNet", trainer: PeerCore):
+    """`trainer` announces the small task the role tests train (4 completions a prompt, 4 prompts a batch,
+    8 a step), which names it as the one trainer: the task."""
+    t = task(trainer_keys=(trainer.identity.public_key,),
+             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
+    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    return t

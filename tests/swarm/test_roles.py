@@ -12,7 +12,7 @@ from swarm import jobs
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import CommandResult, Dial, LocalCommand, MessageVerdict
 from tests.samples import T0, task
-from tests.swarm.harness import MemoryNet, fake_packed_version
+from tests.swarm.harness import MemoryNet, announce_small_task, fake_packed_version
 
 
 def h(data: bytes) -> bytes:
@@ -315,9 +315,7 @@ def test_a_trainer_with_no_link_to_a_worker_dials_it_for_the_blob():
     net.connect(trainer.peer_id, near.peer_id)
     net.connect(near.peer_id, far.peer_id)
     net.run_for(3)
-    t = task(trainer_keys=(trainer.identity.public_key,),
-             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
-    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    t = announce_small_task(net, trainer)
     net.run_for(20)
     assert far_commits(), "the far worker got the weights through the near one and committed"
     assert dials, "the trainer dialed the far worker"

@@ -8,11 +8,11 @@ from gossip.envelope import seal
 from gossip.identity import Identity
 from gossip.messages import StatusHeartbeat, TaskSummary
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import LocalCommand, MessageReceived
+from swarm.io import MessageReceived
 from swarm.roles import summary
 from swarm.summaries import TaskSummaries
 from tests.samples import ALICE, BOB, T0, task
-from tests.swarm.harness import MemoryNet
+from tests.swarm.harness import MemoryNet, announce_small_task
 from tests.swarm.test_roles import fake_jobs
 
 
@@ -32,9 +32,7 @@ def small_swarm():
         net.connect(relay.peer_id, w.peer_id)
     net.connect(trainer.peer_id, relay.peer_id)
     net.run_for(3)
-    t = task(trainer_keys=(trainer.identity.public_key,),
-             params={"group_size": 4, "prompts_per_commit": 4, "prompts_per_step": 8})
-    net.deliver(trainer.peer_id, LocalCommand(1, "announce-task", {"task": t}))
+    t = announce_small_task(net, trainer)
     return net, trainer, relay, workers, t
 
 
