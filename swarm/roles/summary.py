@@ -26,22 +26,23 @@ class Recent:
     """The workers and completions of the last `SUMMARY_VERSIONS` versions a trainer published."""
 
     def __init__(self) -> None:
-        self._versions: deque[tuple[int, tuple[str, ...], int]] = deque(maxlen=SUMMARY_VERSIONS)
+        self._versions: deque[tuple[tuple[str, ...], int]] = deque(maxlen=SUMMARY_VERSIONS)  # (workers, completions)
         self.sent_at = float("-inf")
 
-    def trained(self, version: int, workers: list[str], completions: int) -> None:
-        self._versions.append((version, tuple(workers), completions))
+    def trained(self, workers: list[str], completions: int) -> None:
+        """A version published: the workers whose batches its step trained, and their completions."""
+        self._versions.append((tuple(workers), completions))
 
     def workers(self) -> tuple[str, ...]:
         """Distinct, those trained into the newest versions first, at most `MAX_WORKERS`."""
         out: dict[str, None] = {}
-        for _, workers, _ in reversed(self._versions):
+        for workers, _ in reversed(self._versions):
             for w in workers:
                 out.setdefault(w)
         return tuple(out)[:MAX_WORKERS]
 
     def completions(self) -> int:
-        return sum(c for _, _, c in self._versions)
+        return sum(c for _, c in self._versions)
 
     def versions(self) -> int:
         return len(self._versions)

@@ -292,17 +292,18 @@ class TrainerRole(Role):
         # a new checkpoint's shards are seeded before the old version's are released (a gc spares them)
         effects = released + (self._checkpoint(now, state, result.state, manifest) if kind == jobs.TRAIN else [])
         effects += self._keep_chain(now, state, manifest)
-        state.recent.trained(result.version, [p.worker for p in state.in_step],
-                             sum(len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt for p in state.in_step))
+        step_completions = 0
         for p in state.in_step:
             state.trained_commitments += 1
             state.worked[p.worker] = state.worked.get(p.worker, 0) + 1
             state.by_quorum += not p.own
-            state.completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
+            step_completions += len(p.commitment.prompt_indices) * p.commitment.samples_per_prompt
             effects.append(Emit("rollout-trained", {"task_id": task_id, "commitment_id": p.commitment_id.hex(),
                                                     "worker": p.worker, "policy_version": p.commitment.policy_version,
                                                     "policy_term": p.commitment.policy_term,
                                                     "trained_into": result.version, "term": state.term}))
+        state.completions += step_completions
+        state.recent.trained([p.worker for p in state.in_step], step_completions)
         stats = {k: round(float(v), 5) for k, v in dict(result.stats).items()}
         # the job's own count is this step's; `completions` stays the running total (an int) operators read
         if "completions" in stats:

@@ -88,12 +88,12 @@ def test_the_newest_summary_of_the_highest_term_is_kept():
 def test_the_summary_reaches_back_16_versions_and_lists_the_most_recent_workers_first_when_full():
     recent = summary.Recent()
     for v in range(20):
-        recent.trained(v, [f"w{v}"], 10)
+        recent.trained([f"w{v}"], 10)
     assert recent.versions() == summary.SUMMARY_VERSIONS and recent.completions() == 10 * summary.SUMMARY_VERSIONS
     assert recent.workers() == tuple(f"w{v}" for v in range(19, 3, -1))  # versions 4..19, newest first
     crowded = summary.Recent()
-    crowded.trained(0, [f"old{i}" for i in range(400)], 1)
-    crowded.trained(1, [f"new{i}" for i in range(400)] + ["old0"], 1)
+    crowded.trained([f"old{i}" for i in range(400)], 1)
+    crowded.trained([f"new{i}" for i in range(400)] + ["old0"], 1)
     workers = crowded.workers()
     assert len(workers) == summary.MAX_WORKERS and workers[:400] == tuple(f"new{i}" for i in range(400))
     assert workers[400] == "old0" and len(set(workers)) == len(workers)
