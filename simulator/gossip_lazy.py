@@ -79,19 +79,29 @@ class LazyGossip:
         up, side_i, lat_i = net.up_Bps[i], net.side[i], net.latency[net.region[i]]
         down_Bps, side, region, extra, bytes_in = net.down_Bps, net.side, net.region, net.extra_delay, net.bytes_in
         free = net.up_free[i]
+        # Hoisted out of the per-target loop (it runs for every IHAVE of every peer each heartbeat): with
+        # no partition every side matches, without loss nothing is drawn, and a lone offered message (the
+        # usual case) is tested once per target instead of through a list built for it; `_on_ihave` only
+        # reads the list it is given, so targets lacking every message share `msgs`.
+        partitioned, lossy, lone = net.partitioned, net.loss > 0.0, msgs[0].seen if len(msgs) == 1 else None
         for j in targets:
             down = down_Bps[j]
             start = free if free >= now else now
             free = start + size / (up if up < down else down)
-            if side[j] != side_i:
+            if partitioned and side[j] != side_i:
                 continue
-            if net.loss > 0.0 and net.rng.random() < net.loss:
+            if lossy and net.rng.random() < net.loss:
                 net.frames_lost += 1
                 continue
             bytes_in[j] += size
+            if lone is not None:
+                if j not in lone:
+                    loop.at(free + lat_i[region[j]] + extra[j], self._on_ihave, j, i, msgs)
+                continue
             missing = [m for m in msgs if j not in m.seen]
             if missing:
-                loop.at(free + lat_i[region[j]] + extra[j], self._on_ihave, j, i, missing)
+                loop.at(free + lat_i[region[j]] + extra[j], self._on_ihave, j, i,
+                        msgs if len(missing) == len(msgs) else missing)
         net.up_free[i] = free
         net.bytes_out[i] += size * len(targets)
 
