@@ -125,7 +125,7 @@ async def test_many_addresses_of_one_network_cannot_lock_out_honest_dials(tmp_pa
          "--sources", ATTACK_NET, "40", "--header"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, text=True)
     try:
-        with trio.fail_after(150):
+        with trio.fail_after(300):
             with trio.fail_after(30):
                 ready = await trio.to_thread.run_sync(attacker.stdout.readline, abandon_on_cancel=True)
             assert ready.strip() == "ready", ready
@@ -134,9 +134,11 @@ async def test_many_addresses_of_one_network_cannot_lock_out_honest_dials(tmp_pa
                 try:
                     async with open_hosts(1, f"newcomer-{i}") as (peer,):
                         await peer.connect(addr, timeout=6)
-                        # the attack is on handshakes; the answer's time is the loaded machine's (6 s, as the dial)
+                        # The attack is on handshakes: the dial has its 6 s, and the answer, which only shows
+                        # the link works, the loaded machine's time (a CI run with the suite's two lanes and
+                        # the vLLM install beside it timed 6 of 20 answers out at 6 s, every dial through).
                         TaskBook.parse_sync_response(
-                            await peer.request(victim_id, SYNC, TaskBook.sync_request([]), timeout=6))
+                            await peer.request(victim_id, SYNC, TaskBook.sync_request([]), timeout=20))
                     ok += 1
                 except Exception as exc:  # noqa: BLE001 - counted and asserted
                     failures.append(repr(exc))
