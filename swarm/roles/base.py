@@ -42,5 +42,9 @@ class Role:
     def on_timer(self, now: float, name: str) -> list:
         return []
 
+    def on_connected(self, now: float, peer: str) -> list:
+        """A link to `peer` opened: work that waited on a dial to it (a checker's blob fetch) goes now."""
+        return []
+
     def snapshot(self) -> dict:
         return {}

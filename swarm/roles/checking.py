@@ -20,7 +20,7 @@ from swarm.roles import refusal
 
 PASSED = "ok"
 BLOB_TRIES = 3  # a blob fetch that fails (no link to the worker, a timeout, an error) is made this often in all
-BLOB_RETRY = 3.0  # seconds before the next try: time for a dial to the worker to connect
+BLOB_RETRY = 3.0  # seconds before the next try: time for a dial to the worker to connect (sooner: `connected`)
 
 
 @dataclass
@@ -66,6 +66,20 @@ def retry_blobs(ctx, owner, now: float, checks, timer: str) -> list:
     for check in list(checks):
         if check.retry_at is not None and check.retry_at <= now and not check.blob_ok:
             effects += fetch_blob(ctx, owner, now, check)
+    arm_retry(ctx, checks, timer)
+    return effects
+
+
+def connected(ctx, owner, now: float, checks, peer: str, timer: str) -> list:
+    """A link to `peer` opened: fetch the blobs of its batches that waited for it now, not at their retry.
+    A checker with no link to a batch's worker dials it and asks when BLOB_RETRY is up, and the dial
+    takes a few milliseconds: with 16 workers and 7 validators, 45 of 287 batches trained waited the
+    whole 3 s for it, and were trained 4 versions after their policy instead of 2 (bench/scaling.py
+    --real)."""
+    waiting = [c for c in checks if c.worker == peer and c.retry_at is not None and not c.blob_ok]
+    if not waiting:
+        return []
+    effects = [e for check in waiting for e in fetch_blob(ctx, owner, now, check)]
     arm_retry(ctx, checks, timer)
     return effects
 
@@ -203,6 +217,9 @@ class CheckQueue:
 
     def retry(self, now: float) -> list:
         return retry_blobs(self.ctx, self.owner, now, self.checks.values(), self.timer)
+
+    def connected(self, now: float, peer: str) -> list:
+        return connected(self.ctx, self.owner, now, self.checks.values(), peer, self.timer)
 
     def snapshot(self) -> dict:
         return {"checking": len(self.checks), "passed": self.passed, "failed": self.failed, "skipped": self.skipped,

@@ -378,6 +378,10 @@ class TrainerRole(Role):
         effects = state.policy.forget() if state.policy is not None else []
         return effects + self.ctx.release_blobs(self, list(set(state.weights_by_version.values())))
 
+    def on_connected(self, now, peer) -> list:  # a standby's checks too
+        return [e for task_id, state in self.tasks.items()
+                for e in checking.connected(self.ctx, self, now, state.pending.values(), peer, f"trainer:{task_id}:blobs")]
+
     def on_timer(self, now, name) -> list:
         _, task_id, what = name.split(":")
         state = self.tasks.get(task_id)

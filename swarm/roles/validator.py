@@ -93,6 +93,9 @@ class ValidatorRole(Role):
             return state.queue.retry(now)
         return state.policy.fetch_latest(self.ctx, self, now) + state.queue.start_ready(now)
 
+    def on_connected(self, now, peer) -> list:
+        return [e for state in self.tasks.values() for e in state.queue.connected(now, peer)]
+
     def snapshot(self) -> dict:
         return {task_id: {"latest_version": s.policy.latest, "held_versions": sorted(s.policy.held),
                           **s.queue.snapshot()}

@@ -245,6 +245,9 @@ class WorkerRole(Role):
                 state.stalls[version] = state.stalls.get(version, 0) + 1
         return effects + self._maybe_generate(now, state)
 
+    def on_connected(self, now, peer) -> list:
+        return [e for state in self.tasks.values() if state.checks for e in state.checks.connected(now, peer)]
+
     def snapshot(self) -> dict:
         return {task_id: {"latest_version": s.policy.latest, "held_versions": sorted(s.policy.held),
                           "generating": s.job_version is not None, "commitments": s.commitments,

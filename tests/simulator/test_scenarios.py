@@ -86,15 +86,19 @@ PINNED = {
     # e0116356..., trainer-failover 37945222..., scaling 33158302... (trainer-failover's delivery check now
     # skips messages published within 10 s of its heal: one at 1200.127 s reached only its signer's side,
     # linked to the other again at 1202.3 s)
+    # Moved when a checker that dialled a batch's worker fetched the blob as the link opened, not at its
+    # 3 s blob retry (swarm/roles/checking.py `connected`). Rollouts trained unchanged: adversarial 64,
+    # trainer-failover 312, scaling 140; smoke and churn-compressed did not move. Was: adversarial
+    # 068849fe..., trainer-failover 0bb313df..., scaling b0cf7977...
     "smoke": "2cfc3410db939d65e2c621973b70b80906da81bc22fbb0e72df629f229e51ff3",
-    "adversarial": "068849feb74135e1f7ca82d517bb8016a37617ccedf194c38e75f09df944002a",
+    "adversarial": "1be922047a4b6a4807b17365bf6c13c6494fc43c53eee84d03c1de7e02cc5314",
     "churn-compressed": "9e6e47632da3b2b0240797547604817624b660f1fca90eacbfa6b35680dca11e",
-    "trainer-failover": "0bb313df00fbe85a584dab0d5d26f499eaaccb69db71e6602759d7c32e0cd8e6",
+    "trainer-failover": "c95f87c64463cf66da2c91fd66632bbe7fbf2e031bd5233637c43bf8503068da",
     # New with issue 25: check quorums, growing steps, a colluding checker. Moved when growing steps were
     # made to grow (workers generate a full step's worth of each version, the trainer waits for a batch
     # of the policy before its newest, steps use the decoupled objective and pay its extra pass): was
     # 1d1ae34a...; moved by the pieces topic (above): was b257b0a3...
-    "scaling": "b0cf7977b958f578d5f3996718011a0fed47247211a89e70f44876ea04c5df34",
+    "scaling": "870d6949aa4ee5142d04a1ea17d25420aa99bf609de981948802fd4391fa8142",
 }
 
 

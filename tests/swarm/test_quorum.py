@@ -1,13 +1,15 @@
 """The check quorum's sans-IO parts: who may ask a peer to check (the core), and which verdicts a
 trainer's own check contradicts (swarm/roles/quorum.py Opinions)."""
 
+import pytest
+
 from gossip import errors, topics
 from gossip.envelope import seal
 from gossip.identity import Identity
 from gossip.messages import RolloutCommitment
 from swarm import protocols
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import Emit, MessageReceived, RequestReceived, Respond, SendRequest
+from swarm.io import Emit, MessageReceived, PeerConnected, PeerDisconnected, RequestReceived, Respond, SendRequest
 from swarm.roles.quorum import Opinions
 from tests.samples import ALICE, BOB, T0, task
 
@@ -116,3 +118,19 @@ def test_a_worker_flooding_past_its_share_is_refused_without_penalty():
     within_share(ctx, state, "w2")  # the others are not crowded out
     state.params = TaskParams.from_params({"prompts_per_step": 16})
     within_share(ctx, state, "w1")  # without a quorum the trainer's total bound alone applies
+
+
+@pytest.mark.parametrize("roles,params", [(("validator",), {}), (("worker",), {"peer_checks": True})])
+def test_a_checker_with_no_link_to_the_worker_fetches_the_blob_once_a_link_to_it_opens(roles, params):
+    """The batch's worker is known but not linked: the checker waits for a link (dialling it when it may)
+    and asks for the blob when the link opens, not at its retry BLOB_RETRY later (swarm/roles/checking.py
+    `connected`); another peer's link opening fetches nothing."""
+    core, commitment = checker(roles=roles, **params)
+    core.handle(T0, PeerConnected(CAROL.peer_id, ("/ip4/10.0.0.7/tcp/4001",)))
+    core.handle(T0, PeerDisconnected(CAROL.peer_id))
+    out = ask(core, ALICE.peer_id, commitment.wire)
+    fetches = lambda effects: [e for e in effects if isinstance(e, SendRequest) and e.protocol == protocols.BLOB]
+    assert Respond(7, b"") in out and not fetches(out)
+    assert not fetches(core.handle(T0 + 1.1, PeerConnected(ALICE.peer_id, ("/ip4/10.0.0.1/tcp/4001",))))
+    out = core.handle(T0 + 1.2, PeerConnected(CAROL.peer_id, ("/ip4/10.0.0.7/tcp/4001",)))
+    assert [e.peer for e in fetches(out)] == [CAROL.peer_id]
