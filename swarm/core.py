@@ -177,8 +177,7 @@ class PeerCore:
                 self.timers.set("heartbeat", now + (self.config.membership.first_beat_wait
                                                     if self._pace is None else 0.0))
             return ([Emit("peer-connected", {"peer": inp.peer})] + self.pings.ping(now, inp.peer)
-                    + self.shards.on_connected(now, inp.peer)
-                    + [e for role in self.roles for e in role.on_connected(now, inp.peer)])
+                    + self.shards.on_connected(now, inp.peer) + [e for r in self.roles for e in r.on_connected(now, inp.peer)])
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
             self.links.closed(inp.peer)
