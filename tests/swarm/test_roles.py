@@ -10,8 +10,8 @@ from gossip.identity import Identity
 from gossip.messages import RolloutCommitment, WeightManifest
 from swarm import jobs, protocols
 from swarm.core import CoreConfig, PeerCore
-from swarm.roles import checking
 from swarm.io import CommandResult, Dial, LocalCommand, MessageVerdict, SendRequest
+from swarm.roles import checking
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet, announce_small_task, fake_packed_version
 
