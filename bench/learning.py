@@ -44,7 +44,8 @@ dir); the targets are then relative: the best held-out greedy accuracy at least 
 above the noise floor (the largest pointwise gap between the two single runs of --control), and the
 swarm's time to the single run's best at most 1.5x the single run's. `--parallel-singles` runs the two
 single runs at once, one torch thread each (a 135M model's runs are long); `--no-swarm` runs only them,
-from the model's own weights; `--greedy-only` halves the scoring. `--screen` trains nothing: it scores
+from the model's own weights, and `--no-singles` only the swarm (its curve, densely scored, against its
+own version 0); `--greedy-only` halves the scoring. `--screen` trains nothing: it scores
 the base model greedy on the settings of bench/learning_screen.py (or on --env with its --param options),
 to pick a task where the base is right sometimes.
 
@@ -447,6 +448,20 @@ def best_of(points: list[dict], key: str = "greedy") -> float | None:
     return max((p[key] for p in points if p.get(key) is not None), default=None)
 
 
+def swarm_only_verdicts(swarm: dict) -> dict:
+    """`--no-singles`: the swarm's gain over its own version 0; the targets that compare with the single
+    runs (noise floor, time to the single run's best) are not run."""
+    pts = swarm["points"]
+    base = pts[0]["greedy"] if pts and pts[0]["version"] == 0 else None
+    best = best_of(pts)
+    gain = round(best - base, 4) if best is not None and base is not None else None
+    want = GAIN_TARGETS["gain_over_base"]
+    return {"base_greedy": base, "best_greedy": {"swarm": best}, "gain_over_base": {"swarm": gain},
+            "gain_target": {"target": f">= +{want} (no noise floor without the single runs)",
+                            "result": {"swarm": "not measurable" if gain is None else met_or_missed(gain >= want)}},
+            "time_to_single_best": {"result": "not run (--no-singles)"}}
+
+
 def gain_verdicts(swarm: dict | None, single: dict, control: dict | None) -> dict:
     """Issue 26's targets for a model and task other than the built-in one: the best held-out greedy
     accuracy at least +0.10 over the base and outside the noise floor (the spread of the two single
@@ -562,6 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel-singles", action="store_true",
                     help="with --control: run the two single runs at once, half the --single-threads each")
     ap.add_argument("--no-swarm", action="store_true", help="only the single run(s), from the model's own weights")
+    ap.add_argument("--no-singles", action="store_true",
+                    help="only the swarm: its held-out curve against its version 0 (a diagnostic of its own dynamics)")
     ap.add_argument("--screen", action="store_true",
                     help="no training: the base model's held-out greedy accuracy on the settings of "
                          "bench/learning_screen.py (or only --env with its --param options), --eval-prompts each")
@@ -587,6 +604,10 @@ def main(argv: list[str] | None = None) -> int:
     table = task_table(args.task, args.model, args.env, args.param)
     if args.kill_trainer_at is not None and not is_example(table):
         ap.error("--kill-trainer-at runs the built-in task only")
+    if args.no_swarm and args.no_singles:
+        ap.error("--no-swarm and --no-singles leave nothing to run")
+    if args.no_singles and (args.control or args.kill_trainer_at is not None):
+        ap.error("--no-singles runs the swarm alone: no --control or --kill-trainer-at")
     if args.no_swarm and table["model"] == "builtin:digit-sort-tiny":
         ap.error("--no-swarm needs a model from disk: the built-in model's version 0 is made by the swarm's init job")
     started = time.time()
@@ -609,7 +630,7 @@ def main(argv: list[str] | None = None) -> int:
         if not swarm["points"] or swarm["points"][0]["version"] != 0 or swarm["points"][0]["weights"] is None:
             raise SystemExit(f"the swarm's version 0 weights were not found; see {base}")
         base_weights = Path(swarm["points"][0]["weights"]).read_bytes()
-    single, control = run_singles(args, table, base, base_weights)
+    single, control = run_singles(args, table, base, base_weights) if not args.no_singles else (None, None)
     out["load_after_single"] = load()
     say("scoring every checkpoint on held-out prompts")
     scored: dict = {}
@@ -622,6 +643,9 @@ def main(argv: list[str] | None = None) -> int:
     if control is not None:
         out["control"] = {**{k: v for k, v in control.items() if k != "points"},
                           "gap_to_single": control_gaps(control, single)}
+    if single is None:
+        out["targets"] = swarm_only_verdicts(swarm)
+        return _finish(out, args, base, started)
     if not is_example(table):
         out["targets"] = gain_verdicts(swarm, single, control)
         if swarm is not None:
