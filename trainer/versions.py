@@ -38,6 +38,11 @@ DEFAULT_SHARD_SIZE = 1 << 20
 MASTER_FILE = "master-weights"  # in the trainer's state dir: "<published hash> <master blob hash>"
 DEFAULT_FULL_EVERY = 8
 UNPACKED_CACHE_BYTES = 64 << 20  # parsed weights kept by `Versions.unpack` (the built-in model: 5 MB each)
+# The newest rebuilt version is kept past that budget up to this size: the next version's unpack
+# needs it as its delta parent and the generate job as its policy. Dropping SmolLM2-135M's (270 MB in
+# bf16) made the worker read, hash and parse it twice a version, about a tenth of its job process's
+# time (py-spy, bench/learning.py --peers 2), on the swarm's critical path.
+UNPACKED_NEWEST_MAX = 1 << 30
 
 
 class VersionError(RuntimeError):
@@ -108,7 +113,7 @@ class Versions:
         # weights blobs this process just rebuilt, parsed: the next version's delta parent and the
         # generate job's policy, without reading and hashing the file again (a worker's job
         # process spent about 7% of its time on that, once per version)
-        self._unpacked: OrderedDict[bytes, dict[str, torch.Tensor]] = OrderedDict()
+        self._unpacked: OrderedDict[bytes, tuple[dict[str, torch.Tensor], int]] = OrderedDict()  # -> (state, bytes)
 
     def publish(self, task: jobs.TaskSpec, tensors: dict[str, torch.Tensor], parent_weights: bytes = b"",
                 parent_root: bytes = b"", parent_depth: int = 0) -> tuple[bytes, int, dict]:
@@ -175,14 +180,17 @@ class Versions:
 
     def unpacked(self, digest: bytes) -> dict[str, torch.Tensor] | None:
         """The parsed tensors of a weights blob this process rebuilt recently (never modify them)."""
-        return self._unpacked.get(bytes(digest))
+        kept = self._unpacked.get(bytes(digest))
+        return None if kept is None else kept[0]
 
     def _remember(self, digest: bytes, state: dict[str, torch.Tensor], size: int) -> None:
-        if size > UNPACKED_CACHE_BYTES // 2:
-            return  # a large model: rereading the blob is the lesser cost
-        self._unpacked[bytes(digest)] = state
+        """Keep `state` as the newest; older ones go once the budget is spent (the newest always stays,
+        unless it is over UNPACKED_NEWEST_MAX: for a model that large, memory is the dearer cost)."""
+        if size > UNPACKED_NEWEST_MAX:
+            return
+        self._unpacked[bytes(digest)] = (state, size)
         self._unpacked.move_to_end(bytes(digest))
-        while len(self._unpacked) * size > UNPACKED_CACHE_BYTES:
+        while len(self._unpacked) > 1 and sum(n for _, n in self._unpacked.values()) > UNPACKED_CACHE_BYTES:
             self._unpacked.popitem(last=False)
 
 

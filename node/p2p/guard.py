@@ -97,11 +97,24 @@ class OneLineRecords(logging.Filter):
         return True
 
 
+class DialBackProbes(logging.Filter):
+    """py-libp2p logs "fail to upgrade mux" at ERROR for every inbound connection that closes after its
+    Noise handshake, and our own reachability probe is exactly that: a dial-back server proves it
+    reaches us with a fresh connection it closes once Noise is done (node/p2p/reach.py), so a node
+    still learning its reachability logged one such line every ten seconds. Nothing is lost with the
+    connection (a peer that wants one redials, and its existing connection is untouched): dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("fail to upgrade mux")
+
+
 def one_line_stream_failures() -> None:
-    """Install `OneLineRecords` on py-libp2p's host logger (once per process)."""
-    log = logging.getLogger("libp2p.host.basic_host")
-    if not any(isinstance(f, OneLineRecords) for f in log.filters):
-        log.addFilter(OneLineRecords())
+    """Install `OneLineRecords` on py-libp2p's host logger and `DialBackProbes` on its swarm's (once
+    per process)."""
+    for name, kind in (("libp2p.host.basic_host", OneLineRecords), ("libp2p.network.swarm", DialBackProbes)):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in log.filters):
+            log.addFilter(kind())
 
 
 class NoValidationCache:

@@ -82,3 +82,21 @@ def test_pack_settings_read_the_piece_size_and_refuse_one_that_does_not_divide_t
     for bad in ({"piece_size": 300_000}, {"piece_size": 128}, {"piece_size": "big"}):
         with pytest.raises(ParamError, match="piece_size"):
             pack_settings(bad)
+
+
+def test_the_newest_rebuilt_version_stays_parsed_past_the_budget(monkeypatch):
+    """A model bigger than the budget (SmolLM2: 270 MB a version) keeps its newest version parsed, so the
+    next unpack's parent and the generate job's policy are not read and hashed again; older ones go."""
+    import trainer.versions as versions
+
+    monkeypatch.setattr(versions, "UNPACKED_CACHE_BYTES", 100)
+    kept = versions.Versions.__new__(versions.Versions)
+    kept._unpacked = versions.OrderedDict()
+    a, b = {"w": torch.zeros(2)}, {"w": torch.ones(2)}
+    kept._remember(b"a" * 32, a, 80)
+    kept._remember(b"b" * 32, b, 300)
+    assert kept.unpacked(b"b" * 32) is b, "the newest stays though it alone is over the budget"
+    assert kept.unpacked(b"a" * 32) is None, "an older one goes once the budget is spent"
+    monkeypatch.setattr(versions, "UNPACKED_NEWEST_MAX", 200)
+    kept._remember(b"c" * 32, {"w": torch.ones(3)}, 300)
+    assert kept.unpacked(b"c" * 32) is None and kept.unpacked(b"b" * 32) is b, "past the cap: not kept at all"
