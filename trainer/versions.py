@@ -40,8 +40,8 @@ DEFAULT_FULL_EVERY = 8
 UNPACKED_CACHE_BYTES = 64 << 20  # parsed weights kept by `Versions.unpack` (the built-in model: 5 MB each)
 # The newest rebuilt version is kept past that budget up to this size: the next version's unpack
 # needs it as its delta parent and the generate job as its policy. Dropping SmolLM2-135M's (270 MB in
-# bf16) made the worker read, hash and parse it twice a version, about a tenth of its job process's
-# time (py-spy, bench/learning.py --peers 2), on the swarm's critical path.
+# bf16) made the worker read, hash and parse it twice a version, on the swarm's critical path (in
+# py-spy of a 2-peer bench/learning.py worker, blob reads and blake2b were about a tenth of its samples).
 UNPACKED_NEWEST_MAX = 1 << 30
 
 

@@ -84,14 +84,14 @@ def test_pack_settings_read_the_piece_size_and_refuse_one_that_does_not_divide_t
             pack_settings(bad)
 
 
-def test_the_newest_rebuilt_version_stays_parsed_past_the_budget(monkeypatch):
+def test_the_newest_rebuilt_version_stays_parsed_past_the_budget(monkeypatch, tmp_path):
     """A model bigger than the budget (SmolLM2: 270 MB a version) keeps its newest version parsed, so the
     next unpack's parent and the generate job's policy are not read and hashed again; older ones go."""
     import trainer.versions as versions
+    from trainer.blobdir import BlobDir
 
     monkeypatch.setattr(versions, "UNPACKED_CACHE_BYTES", 100)
-    kept = versions.Versions.__new__(versions.Versions)
-    kept._unpacked = versions.OrderedDict()
+    kept = versions.Versions(BlobDir(tmp_path / "blobs"), tmp_path / "shards")
     a, b = {"w": torch.zeros(2)}, {"w": torch.ones(2)}
     kept._remember(b"a" * 32, a, 80)
     kept._remember(b"b" * 32, b, 300)
