@@ -5,7 +5,8 @@ Each request and each answer is a bandwidth-sharing flow (simulator/flows.py) of
 fails when either side goes down or their link closes. Pings (`/swarm/ping/1`, swarm/links.py) are
 the exception: a few hundred bytes on every quiet link every few seconds, they take the one-way delay
 only and are not traced (what they decide, a `peer-gone`, is), so a quiet 1,000-peer swarm does not
-spend its run solving flows for them. Like node/runtime.py, the runtime serves
+spend its run solving flows for them; and a ping's timeout is scheduled only once its answer is not
+on its way in time (a failed or closed one ends without it). Like node/runtime.py, the runtime serves
 `/swarm/blob/1` itself from the peer's blob store; a shard answer is what `RespondShard` asks for
 (swarm/shardwire.py: the piece handed over, else the stored one, else "not-found"), and the
 server's core hears `ShardSent` once the upload ends, as node/driver.py tells it. The answer travels
@@ -42,6 +43,8 @@ class Request:
     done: bool = False
     flow: Flow | None = None
     shard_rid: int = 0  # the server's RespondShard request id, until ShardSent tells its core the upload ended
+    deadline: float = 0.0  # when it times out
+    answered: bool = False  # a ping's answer is on its way
 
 
 class Streams:
@@ -77,11 +80,14 @@ class Streams:
             sim.feed_later(0.0, i, ResponseReceived(e.peer, e.protocol, e.request_id, error="not connected"))
             return
         self.requests[req.seq] = req
+        req.deadline = sim.loop.now + e.timeout
         if e.protocol == protocols.PING:
+            # Its timeout is scheduled only if it can fire (`_request_arrives`, `_send_response`): nearly every
+            # ping is answered at once, and a timeout per ping would be a no-op event for nearly all.
             sim.loop.after(sim.net.one_way(i, j), self._request_arrives, req)
-        else:
-            req.flow = sim.flows.start(i, j, len(e.data) + STREAM_OVERHEAD, lambda fl, r=req: self._request_sent(r))
-        sim.loop.after(e.timeout, self._timeout, req)
+            return
+        req.flow = sim.flows.start(i, j, len(e.data) + STREAM_OVERHEAD, lambda fl, r=req: self._request_sent(r))
+        sim.loop.at(req.deadline, self._timeout, req)
 
     def _request_sent(self, req: Request) -> None:
         req.flow = None
@@ -101,6 +107,8 @@ class Streams:
             return
         server.served[self._server_rid] = req
         sim.feed(req.server, RequestReceived(sim.nodes[req.client].peer_id, req.protocol, self._server_rid, req.data))
+        if req.protocol == protocols.PING and not req.done and not req.answered:
+            sim.loop.at(req.deadline, self._timeout, req)  # not answered at once: it may yet time out
 
     # ---- the server's side
 
@@ -137,7 +145,11 @@ class Streams:
         sim = self.sim
         if req is not None and req.protocol == protocols.PING:
             if not req.done:
-                sim.loop.after(sim.net.one_way(j, req.client), self._response_arrives, req, data, error)
+                req.answered = True
+                arrival = sim.loop.now + sim.net.one_way(j, req.client)
+                if arrival >= req.deadline:
+                    sim.loop.at(req.deadline, self._timeout, req)  # the answer comes too late
+                sim.loop.at(arrival, self._response_arrives, req, data, error)
             return
         sim.trace.record(sim.loop.now, j, "respond", {"rid": rid, "size": len(data), "error": error or ""})
         if req is None or req.done:
