@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter, deque
 
 
@@ -36,10 +37,9 @@ class Buckets:
         value = value if value > 0.0 else 0.0
         self.count += 1
         self.sum += value
-        for i, bound in enumerate(self.bounds):
-            if value <= bound:
-                self.counts[i] += 1
-                break
+        i = bisect_left(self.bounds, value)  # the first bound >= value (every gossip delivery comes here)
+        if i < len(self.counts):
+            self.counts[i] += 1
 
     def snapshot(self) -> dict:
         """{"buckets": [[bound, cumulative count], ...], "sum": s, "count": n}."""
