@@ -47,6 +47,7 @@ PENALTIES: dict[str, float] = {
     errors.TRUNCATED: 10.0,
     errors.WITHHELD: 1.0,  # an honest peer can lose a shard (restart, gc) or time out under load
     errors.STREAM_ABUSE: 5.0,  # one can be an accident (a request cut off by a reset link); repeats add up
+    errors.FLOODING: 10.0,  # the link is cut each time too; five cuts and the peer is banned
     errors.CHEATED: 100.0,  # honest workers finish late sometimes
 }
 DEFAULT_PENALTY = 5.0

@@ -146,6 +146,8 @@ def _message_metrics(m: _Families, snap: dict) -> None:
             membership.get("newcomers_alive"))
     m.counter("newcomers_refused_total", "Heartbeats of newcomers that found no room in the budget.",
               membership.get("refused_newcomers"))
+    m.counter("links_cut_flooding_total", "Links this node cut for introducing strangers' heartbeats nobody "
+              "vouches for, little else.", _dict(snap.get("flooding")).get("links_cut"))
     stalls = _dict(snap.get("stalls"))
     m.counter("stalls_total", "Times this node was not running for over 5 s (its timers fired that late).",
               stalls.get("stalls"))

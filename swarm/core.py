@@ -28,15 +28,17 @@ from gossip.reputation import ReputationLedger
 from gossip.seen import SeenCache
 from swarm import protocols, snapshot
 from swarm.blobrefs import BlobRefs
+from swarm.checkrequests import answer_check_request
 from swarm.commands import Commands
 from swarm.commitments import KEPT_VERSIONS as COMMITTED_VERSIONS, CommitmentBook
 from swarm.context import Pending, RoleContext
 from swarm.evidence import Evidence
+from swarm.floodwatch import FloodConfig, FloodWatch
 from swarm.forkchoice import Chains
 from swarm.intake import KEPT, Intake
 from swarm.linkbeat import LinkBeat
 from swarm.links import LinkConfig, Links
-from swarm.io import (Ban, DialFailed, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
+from swarm.io import (Ban, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
                       PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
                       ShardsPresent, Started, StreamAbuse, Subscribe, Tick)
 from swarm.membership import Membership, MembershipConfig
@@ -69,6 +71,7 @@ class CoreConfig:
     agent: str = AGENT
     membership: MembershipConfig = field(default_factory=MembershipConfig)
     links: LinkConfig = field(default_factory=LinkConfig)
+    floods: FloodConfig = field(default_factory=FloodConfig)
     max_tasks: int = 32
     clock_skew: float = 30.0  # how far in the future a timestamp may be
     message_window: float = 600.0  # timestamped messages older than this are refused
@@ -110,6 +113,7 @@ class PeerCore:
         self.stall = StallWatch()  # our own stalls (swarm/stall.py): seen in how late our timers fire
         self.membership = Membership(self.peer_id, config.membership, release, self.stall)
         self.links = Links(config.links, config.membership.gone_after, self.stall, config.sweep_interval)
+        self.floods = FloodWatch(config.floods)
         self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
@@ -163,7 +167,10 @@ class PeerCore:
     def _handle(self, now: float, inp: object) -> list:
         if isinstance(inp, MessageReceived):
             self.links.heard_from(now, inp.from_peer)
-            return self.intake.receive(now, inp, self._dispatch)
+            effects = self.intake.receive(now, inp, self._dispatch)
+            if effects[0].accepted:
+                self.floods.accepted_from(inp.from_peer)
+            return effects
         if isinstance(inp, Tick):
             return self._on_tick(now)
         if isinstance(inp, Started):
@@ -171,6 +178,8 @@ class PeerCore:
         if isinstance(inp, PeerConnected):
             if self.ledger.is_banned(inp.peer):
                 return [Ban(inp.peer, "banned")]
+            if self.floods.refusing(inp.peer, now):
+                return [Disconnect(inp.peer, "flooded us before")]
             self.membership.on_connected(inp.peer, inp.addrs)
             self.links.opened(now, inp.peer)
             if self.started_at is not None and self.config.gossips_heartbeat and "heartbeat" not in self.timers:
@@ -181,6 +190,7 @@ class PeerCore:
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
             self.links.closed(inp.peer)
+            self.floods.closed(inp.peer)
             self.shards.on_disconnected(inp.peer)
             return [Emit("peer-disconnected", {"peer": inp.peer})]
         if isinstance(inp, ShardsPresent):
@@ -242,6 +252,7 @@ class PeerCore:
                     self.membership.pace(self._uptime(now))
                 effects += self.pings.check(now)
                 effects += self.membership.sweep(now, self.links.judged()) + self.tasks.expire(now)
+                effects += self.floods.cut(now, self.membership, self.trust.penalise)
                 effects += self._forget_dropped(now)
                 self.pending.expire(now)
                 self.timers.set("sweep", now + self.config.sweep_interval)
@@ -310,14 +321,20 @@ class PeerCore:
                       gossip: bool = True, via: str | None = None) -> list:
         """`via`: the source network a gossiped heartbeat came through (None: over the signer's link)."""
         vouched = self.membership.vouched(signer) if via is not None else None  # asked once: not cheap
+        stranger = via is not None and signer not in self.membership.peers  # kept, it counts against its forwarder
         try:
             effects = self.membership.on_heartbeat(now, signer, message, via, vouched)
         except NoRoom:  # past the newcomer budget: no entry, yet relayed if it may be of use (swarm/newcomers.py)
-            return [] if self.evidence.works_on_held_task(signer, message) else [KEPT]
+            if self.evidence.works_on_held_task(signer, message):
+                return []
+            self.floods.kept_from(forwarder, signer)
+            return [KEPT]
         # Relayed only if someone can use it: its signer vouched for (linked to us: the first hop of every
         # heartbeat; named by a task; proven work) or shown to work on a task it names that we hold
         # (swarm/evidence.py: naming a task is free). A fresh key's stops at its signer's neighbours.
         if via is not None and not vouched and not self.evidence.works_on_held_task(signer, message):
+            if stranger:
+                self.floods.kept_from(forwarder, signer)
             effects.insert(0, KEPT)
         if self._pace is None and message.peers and "heartbeat" in self.timers:
             self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
@@ -408,31 +425,8 @@ class PeerCore:
         if inp.protocol == protocols.SHARD:
             return self.shards.on_request(now, inp.peer, inp.request_id, inp.data)
         answer = {protocols.PING: self.pings.on_ping, protocols.SYNC: self.sync.answer,
-                  protocols.CHECK: self._on_check_request}.get(inp.protocol)
+                  protocols.CHECK: partial(answer_check_request, self)}.get(inp.protocol)
         return answer(now, inp) if answer is not None else [Respond(inp.request_id, error="unsupported-protocol")]
-
-    def _on_check_request(self, now: float, inp: RequestReceived) -> list:
-        """A trainer asks us to check a commitment (swarm/roles/quorum.py): the request is the worker's
-        signed envelope, so it is checked as gossip would be; only a trainer the task names may ask."""
-        try:
-            signed = open_envelope(inp.data)
-            msg = signed.message
-            if not isinstance(msg, RolloutCommitment):
-                raise Rejected(errors.SCHEMA, f"a check request holds a {signed.kind}, not a rollout commitment")
-            known = self.tasks.tasks.get(msg.task_id)
-            if known is None:
-                return [Respond(inp.request_id, error=errors.UNKNOWN_TASK)]
-            if inp.peer not in {self.context.signer(k) for k in known.task.trainer_keys}:
-                raise Rejected(errors.UNAUTHORIZED, "check requested by a peer that is not the task's trainer")
-        except Rejected as rej:
-            return [Respond(inp.request_id, error=rej.reason)] + self.trust.penalise(now, inp.peer, rej)
-        worker = self.context.signer(signed.signer)
-        if self.ledger.is_banned(worker) or worker == self.peer_id:
-            return [Respond(inp.request_id, error=errors.BANNED if worker != self.peer_id else "own-batch")]
-        for role in self.roles:
-            if hasattr(role, "on_check_request"):
-                return role.on_check_request(now, inp.request_id, signed, worker)
-        return [Respond(inp.request_id, error="not-a-checker")]
 
     def _on_response(self, now: float, inp: ResponseReceived) -> list:
         pending = self.pending.requests.pop(inp.request_id, None)

@@ -225,6 +225,17 @@ class Membership:
             self._linked.add(peer)
             self._named.add(peer)
 
+    @property
+    def linked(self) -> set[str]:
+        """The peers we hold a link to (read only)."""
+        return self._linked
+
+    def refuse_dials(self, peer: str, until: float) -> None:
+        """`peer` is not dialled again before `until` (a link we cut: swarm/floodwatch.py)."""
+        info = self.peers.get(peer)
+        if info is not None:
+            info.next_dial = max(info.next_dial, until)
+
     def on_disconnected(self, peer: str) -> None:
         info = self.peers.get(peer)
         if info is not None:

@@ -28,6 +28,7 @@ def status(core, now: float) -> dict:
         "connected": core.membership.connected_peers(),
         "alive": core.membership.alive_peers(),
         "membership": core.membership.budget_snapshot(),  # our pace, and what newcomers hold (issue 27)
+        "flooding": {"links_cut": core.floods.links_cut, "refusing": len(core.floods.refused)},  # swarm/floodwatch.py
         "tasks": tasks,
         "versions": dict(sorted(core.versions.items())),
         "downloads": core.shards.snapshot(now),

@@ -46,6 +46,7 @@ def test_metrics_match_a_real_snapshot():
     assert got["swarm_messages_kept_total"] == snap["messages"]["kept"]
     assert got["swarm_heartbeat_interval_seconds"] == snap["membership"]["interval"] > 0
     assert got["swarm_newcomers_alive"] == snap["membership"]["newcomers_alive"]
+    assert got["swarm_links_cut_flooding_total"] == snap["flooding"]["links_cut"] == 0
     assert got["swarm_peers_connected"] == len(snap["connected"])
     assert got["swarm_peers_banned"] == 1
     assert got[f'swarm_policy_version{{task="{tid}"}}'] == snap["versions"][tid]
