@@ -332,7 +332,7 @@ class CoreDriver:
             deadline = self.core.next_deadline()
             delay = 3600.0 if deadline is None else deadline - self.now()
             if delay <= 0:
-                self.feed(Tick())
+                self.feed(Tick(self.host.take_link_activity()))
                 await trio.sleep(0)
                 continue
             self._wakeup = trio.Event()

@@ -78,6 +78,7 @@ class LazyGossip:
         now = loop.now
         up, side_i, lat_i = net.up_Bps[i], net.side[i], net.latency[net.region[i]]
         down_Bps, side, region, extra, bytes_in = net.down_Bps, net.side, net.region, net.extra_delay, net.bytes_in
+        heard = self.heard
         free = net.up_free[i]
         # Hoisted out of the per-target loop (it runs for every IHAVE of every peer each heartbeat): with
         # no partition every side matches, without loss nothing is drawn, and a lone offered message (the
@@ -94,6 +95,7 @@ class LazyGossip:
                 net.frames_lost += 1
                 continue
             bytes_in[j] += size
+            heard[j][i] = now  # an IHAVE: j's transport heard i (its core is not handed it)
             if lone is not None:
                 if j not in lone:
                     loop.at(free + lat_i[region[j]] + extra[j], self._on_ihave, j, i, msgs)

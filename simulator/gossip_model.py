@@ -69,6 +69,9 @@ class GossipRouter(EagerPush, LazyGossip, MeshControl):
         # neighbour's subscriptions change: every heartbeat with messages to offer needs it, and in a big
         # steady swarm it rarely changes.
         self.eligible: list[dict[str, list[int]]] = []
+        # receiver -> {sender: when it last sent a frame the receiver's core is not handed (a copy of a
+        # message it had, an IHAVE)}: what node/driver.py gives the core with each Tick (`Tick.heard`)
+        self.heard: list[dict[int, float]] = []
         self._active: list[set[int]] = [set() for _ in range(PHASES)]
         self.control_frames = 0
         self.iwant_served = 0
@@ -89,6 +92,7 @@ class GossipRouter(EagerPush, LazyGossip, MeshControl):
         self.withhold.append(False)
         self.closing.append({})
         self.eligible.append({})
+        self.heard.append({})
         if not self._started:
             self._started = True
             self.loop.after(self.cfg.heartbeat / PHASES, self._heartbeat_phase)
@@ -104,6 +108,14 @@ class GossipRouter(EagerPush, LazyGossip, MeshControl):
         self.dirty[i] = False
         self.closing[i] = {}  # nothing reaches a process that died
         self.eligible[i] = {}
+        self.heard[i] = {}
+
+    def take_heard(self, i: int) -> dict[int, float]:
+        """What peer i's transport heard since it was last asked (`heard`), handed over and forgotten."""
+        heard = self.heard[i]
+        if heard:
+            self.heard[i] = {}
+        return heard
 
     def _activate(self, i: int) -> None:
         self._active[i % PHASES].add(i)

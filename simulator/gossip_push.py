@@ -79,6 +79,7 @@ class EagerPush:
             return
         if j in msg.seen:
             net.bytes_in[j] += size
+            self.heard[j][i] = now  # not handed to j's core, but j's transport heard i
             return  # a duplicate: it only costs bytes
         if net.loss > 0.0 and net.rng.random() < net.loss:
             net.frames_lost += 1
@@ -123,7 +124,7 @@ class EagerPush:
         size = msg.size + FRAME_OVERHEAD
         up, side_j, lat_j, origin = net.up_Bps[j], net.side[j], net.latency[net.region[j]], msg.origin
         down_Bps, side, region, extra, bytes_in = net.down_Bps, net.side, net.region, net.extra_delay, net.bytes_in
-        seen, best = msg.seen, msg.best
+        seen, best, heard = msg.seen, msg.best, self.heard
         free = net.up_free[j]
         sent = 0
         for k in targets:
@@ -140,6 +141,7 @@ class EagerPush:
                 continue
             if k in seen:
                 bytes_in[k] += size
+                heard[k][j] = now  # not handed to k's core, but k's transport heard j
                 continue  # a duplicate: it only costs bytes
             if net.loss > 0.0 and net.rng.random() < net.loss:
                 net.frames_lost += 1

@@ -289,7 +289,12 @@ class Simulation:
     def _tick(self, node: Node, incarnation: int, at: float) -> None:
         if node.up and node.incarnation == incarnation and node.tick_at == at:
             node.tick_at = None
-            self.feed(node.index, Tick())
+            heard = self.router.take_heard(node.index)
+            if heard:
+                pids, clock = self.pids, EPOCH + node.skew
+                self.feed(node.index, Tick(tuple((pids[i], clock + t) for i, t in heard.items())))
+            else:
+                self.feed(node.index, Tick())
 
     def _validate(self, j: int, msg: Msg, i: int) -> bool:
         """The router hands a first arrival to peer j's core; its verdict decides forwarding."""

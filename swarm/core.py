@@ -172,6 +172,8 @@ class PeerCore:
                 self.floods.accepted_from(inp.from_peer)
             return effects
         if isinstance(inp, Tick):
+            if inp.heard:
+                self.links.heard_by_transport(inp.heard)
             return self._on_tick(now)
         if isinstance(inp, Started):
             return self._on_started(now, inp)

@@ -74,7 +74,11 @@ class DialFailed:
 
 @dataclass(frozen=True)
 class Tick:
-    """The time the core asked for (`next_deadline()`) has come."""
+    """The time the core asked for (`next_deadline()`) has come. `heard`: (peer, when) for the linked peers
+    the transport heard gossip frames from since the last tick, when it did not hand them to us (a copy of
+    a message it had already, an IHAVE): a link busy with such traffic needs no ping (swarm/links.py)."""
+
+    heard: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Flooded heartbeats tell us about every peer, but their interval stretches with t
 at 1,000 peers) and a flood of fake signers stretches it further, so a neighbour that froze was
 noticed only after three of those intervals, and a newcomer heard nothing of its neighbours until
 their next heartbeat. A link says more, and sooner: anything a neighbour sends us (a message it
-forwards, a request, an answer) shows it is running. A link silent for `ping_after` is asked
-(`/swarm/ping/1`); one silent for `gone_after` (membership's least silence before a peer is gone, 10 s;
+forwards, a request, an answer, and what the transport saw of it and did not hand us: a copy of a
+message we had already, a gossip IHAVE, `Tick.heard`) shows it is running. A link silent for
+`ping_after` is asked (`/swarm/ping/1`); one silent for `gone_after` (membership's least silence before a peer is gone, 10 s;
 our question unanswered) is dead, whatever the swarm's size. A busy link is never pinged: in a swarm
 that gossips, traffic is the ping. A new link is pinged at once, and each side's heartbeat, freshly
 signed, goes over it once: in its first ping, or in its answer to the other side's first ping when
@@ -76,6 +77,14 @@ class Links:
     def heard_from(self, now: float, peer: str) -> None:
         if peer in self.heard:
             self.heard[peer] = now
+
+    def heard_by_transport(self, heard: tuple[tuple[str, float], ...]) -> None:
+        """What the transport heard on our links that it did not hand us (`Tick.heard`)."""
+        links = self.heard
+        for peer, when in heard:
+            last = links.get(peer)
+            if last is not None and when > last:
+                links[peer] = when
 
     def judged(self) -> dict[str, float]:
         """The linked peers whose link judges them (not those that do not speak ping), and when each

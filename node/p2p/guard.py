@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -146,6 +147,9 @@ class GuardedPubsub(Pubsub):
         self._penalties = penalties
         super().__init__(*args, **kwargs)
         self.validation_cache = NoValidationCache()  # type: ignore[assignment]
+        # peer -> when it last sent us a gossip frame (a message, a duplicate too, or control): what the
+        # core is not handed otherwise, taken with each Tick (`Host.take_link_activity`, swarm/links.py)
+        self.link_activity: dict[Any, float] = {}
 
     async def stream_handler(self, stream: INetStream) -> None:
         peer = str(stream.muxed_conn.peer_id)
@@ -172,6 +176,7 @@ class GuardedPubsub(Pubsub):
             # Our own publish: let errors reach the caller of publish().
             await super().push_msg(msg_forwarder, msg)
             return
+        self.link_activity[msg_forwarder] = time.time()
         try:
             if self._is_msg_seen(msg):
                 # Dropped before validation, as py-libp2p does, but counted: a gossip echo from a mesh
@@ -230,6 +235,12 @@ class GuardedGossipSub(GossipSub):
                 self._guard_stats.guarded_errors["gossipsub/heartbeat"] += 1
                 logger.warning("gossipsub heartbeat round failed, restarting: %r", exc)
                 await trio.sleep(self.heartbeat_interval)
+
+    async def handle_rpc(self, rpc: Any, sender_peer_id: Any) -> None:
+        activity = getattr(self.pubsub, "link_activity", None)  # a control frame (IHAVE, ...) says the peer runs
+        if activity is not None:
+            activity[sender_peer_id] = time.time()
+        await super().handle_rpc(rpc, sender_peer_id)
 
     def _handle_dropped_rpc(self, peer_id: Any, rpc: Any, reason: str) -> None:
         # py-libp2p drops silently (debug log) when a peer's 32-slot send queue is full or an RPC is

@@ -355,6 +355,14 @@ class Host:
 
     # ---- for tests and diagnostics -----------------------------------------------------------
 
+    def take_link_activity(self) -> tuple[tuple[str, float], ...]:
+        """(peer, when) for each peer that sent us a gossip frame since the last call (`Tick.heard`)."""
+        activity = getattr(self._pubsub, "link_activity", None)
+        if not activity:
+            return ()
+        self._pubsub.link_activity = {}
+        return tuple((str(peer), when) for peer, when in activity.items())
+
     def mesh_peers(self, topic: str) -> list[str]:
         return [str(p) for p in self._router.mesh.get(topic, set())]
 

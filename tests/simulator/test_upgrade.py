@@ -68,7 +68,8 @@ def _run():
 # Moved when a heartbeat naming a task was relayed only with evidence its signer works on it, and by
 # task summaries (swarm/evidence.py, swarm/roles/summary.py): was b3672d37...
 # Moved when the end record stopped counting the loop's events (every other line the same): was f6fdabe2...
-PINNED = "175fabd18f26be55b55ae8ae3f32b00a99d42e78efaee51b5cad75861fddc2f1"
+# Moved when what the transport heard on a link counted as its traffic (`Tick.heard`): was 175fabd1...
+PINNED = "968b7d8d45584dda8ab1304fb5015cc8ef1179d3f185240ada41c6f758b81ee5"
 
 
 def test_half_the_swarm_upgraded_trains_on_with_nobody_banned():

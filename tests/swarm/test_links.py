@@ -6,7 +6,7 @@ from gossip.envelope import seal
 from gossip.identity import Identity
 from swarm import protocols
 from swarm.core import CoreConfig, PeerCore
-from swarm.io import PeerConnected, RequestReceived, Respond, ResponseReceived, SendRequest, Started
+from swarm.io import PeerConnected, RequestReceived, Respond, ResponseReceived, SendRequest, Started, Tick
 from swarm.links import LinkConfig, Links
 from swarm.membership import MembershipConfig
 from swarm.stall import StallWatch
@@ -227,6 +227,27 @@ def test_a_link_checked_every_30_s_is_pinged_after_a_silent_period_and_dead_one_
     assert links.due(130.0) == (["n"], [])
     links.pinged(130.0, "n")
     assert links.due(160.0) == ([], ["n"])  # the ping had a whole period to come back
+
+
+def test_what_the_transport_heard_on_a_link_counts_as_traffic_and_spares_its_ping():
+    """A neighbour whose gossip reaches us second (copies of messages we had, IHAVEs) is handed to the
+    core by nobody but its transport (`Tick.heard`): such a link is busy, not silent. What was heard
+    before the last traffic, or from a peer we hold no link to, changes nothing."""
+    links = Links(LinkConfig(), 10.0, checked_every=30.0)
+    links.opened(100.0, "n")
+    links.heard_by_transport((("n", 125.0), ("stranger", 126.0)))
+    assert links.due(130.0) == ([], []) and "stranger" not in links.heard
+    links.heard_by_transport((("n", 120.0),))  # older than what we had: kept as it was
+    assert links.heard["n"] == 125.0
+    assert links.due(155.0) == (["n"], [])  # silent 30 s since the transport last heard it
+
+
+def test_a_core_takes_what_its_transport_heard_with_a_tick():
+    net, ids = star(2)
+    hub = net.cores[ids[0]]
+    later = net.now + 4.0
+    hub.handle(later, Tick(((ids[1], later - 0.5),)))
+    assert hub.links.heard[ids[1]] == later - 0.5
 
 
 def test_a_newcomers_link_heartbeat_declares_no_size_and_a_settled_peers_its_estimate_now():
