@@ -31,7 +31,7 @@ CAPACITY = "capacity"  # we are full (too many tasks, say): not the sender's fau
 KEPT = "kept"  # taken, but not relayed: a heartbeat nothing vouches for (swarm/membership.py), no penalty
 BAD_SHARD = "bad-shard"  # a served weight shard whose bytes do not hash to the signed manifest's hash
 TRUNCATED = "truncated"  # a served weight shard of the wrong length (cut short or padded)
-FLOODING = "flooding"  # a link that hands us strangers' heartbeats nobody vouches for, little else (swarm/floodwatch.py)
+FLOODING = "flooding"  # a link handing us strangers' heartbeats nobody vouches for, little else (swarm/floodwatch.py)
 STREAM_ABUSE = "stream-abuse"  # the transport refused a peer's stream (idle, oversized, garbage frame)
 WITHHELD = "withheld"  # a peer announced a shard, then did not serve it (not-found, error or timeout)
 # Trainer chains (swarm/forkchoice.py)

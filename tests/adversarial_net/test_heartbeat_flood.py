@@ -87,7 +87,8 @@ async def test_a_heartbeat_flood_does_not_hide_a_node_from_a_peer_that_joins_thr
                     await trio.sleep(0.25)
                 theirs = await status(data_dir)
         print(f"attack 1: {sent} fake heartbeats in {FLOOD_SECONDS:g} s, {kept} reached the node before it cut the "
-              f"link, {fakes_alive} alive at the node, {refused} refused, its interval {snap['membership']['interval']} s; "
+              f"link, {fakes_alive} alive at the node, {refused} refused, "
+              f"its interval {snap['membership']['interval']} s; "
               f"a newcomer joining through it saw it alive after "
               f"{'never' if seen_after is None else f'{seen_after:.1f} s'} (from its process start)")
         assert seen_after is not None and seen_after < 10, "the newcomer sees its neighbour within 10 s"
