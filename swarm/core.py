@@ -329,7 +329,8 @@ class PeerCore:
         except NoRoom:  # past the newcomer budget: no entry, yet relayed if it may be of use (swarm/newcomers.py)
             if self.evidence.works_on_held_task(signer, message):
                 return []
-            self.floods.kept_from(forwarder, signer)
+            if stranger:
+                self.floods.kept_from(forwarder, signer)
             return [KEPT]
         # Relayed only if someone can use it: its signer vouched for (linked to us: the first hop of every
         # heartbeat; named by a task; proven work) or shown to work on a task it names that we hold

@@ -12,6 +12,7 @@ from gossip.messages import StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
 from swarm.floodwatch import FloodConfig, FloodWatch
 from swarm.io import Disconnect, MessageReceived, PeerConnected, Started, Tick
+from swarm.membership import MembershipConfig
 from tests.samples import T0
 
 LINKS = ("flooder", "honest1", "honest2", "honest3")
@@ -106,3 +107,23 @@ def test_a_core_cuts_a_flooding_neighbour_penalises_it_and_refuses_it_back():
     assert core.membership.peers[flooder].next_dial >= now + 600.0  # not dialled again soon
     back = core.handle(now + 5.0, PeerConnected(flooder, ("/mem/flooder",)))
     assert back == [Disconnect(flooder, "flooded us before")]
+
+
+def test_a_known_peer_kept_past_the_newcomer_budget_is_no_stranger_to_its_forwarder():
+    """Past the budget a heartbeat makes no entry (NoRoom), but a signer that has one (a peer a neighbour
+    named to us, or one gone since) is not a stranger: only signers without an entry count against a link."""
+    membership = MembershipConfig(newcomers=1, newcomers_per_net=1)
+    core = PeerCore(Identity(b"\x07" * 32), CoreConfig(roles=("relay",), membership=membership), seed=7)
+    forwarder = Identity(b"\x08" * 32).peer_id
+    core.handle(T0, Started(("/mem/us",)))
+    core.handle(T0, PeerConnected(forwarder, ("/mem/forwarder",)))
+    known = Identity((2).to_bytes(4, "big") * 8).peer_id
+    core.membership.learn_addrs(known, ("/mem/known",))  # named by a neighbour: an entry, not alive
+    assert core.handle(T0 + 1.0, MessageReceived(topics.STATUS, fake_heartbeat(T0 + 1.0, 1), forwarder))[0].accepted \
+        is False  # the first newcomer takes the budget (kept, not relayed)
+    assert core.floods.fresh[forwarder] == 1
+    verdict = core.handle(T0 + 2.0, MessageReceived(topics.STATUS, fake_heartbeat(T0 + 2.0, 2), forwarder))[0]
+    assert verdict.reason == errors.KEPT and known not in core.membership.counted_peers()  # past the budget
+    assert core.floods.fresh[forwarder] == 1, "a peer with an entry counted as a stranger"
+    verdict = core.handle(T0 + 3.0, MessageReceived(topics.STATUS, fake_heartbeat(T0 + 3.0, 3), forwarder))[0]
+    assert verdict.reason == errors.KEPT and core.floods.fresh[forwarder] == 2  # a fresh key past it does count
