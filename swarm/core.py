@@ -58,6 +58,7 @@ from swarm.taskparams import TaskParams
 from swarm.tasks import TaskBook
 from swarm.tasksync import TaskSync
 from swarm.timers import Timers
+from swarm.upkeep import MaintainClock
 from swarm.trust import Trust
 
 AGENT = "swarm/0.1.0"
@@ -119,6 +120,7 @@ class PeerCore:
         self.listen_addrs: tuple[str, ...] = ()
         self.started_at: float | None = None
         self.timers = Timers()
+        self.maintain_clock = MaintainClock(self.timers, config.maintain_interval)
         self.blobs = BlobRefs()  # weights blobs the roles still use; the rest are deleted
         self.pending = Pending()
         self.chains = Chains()  # per task: which trainer's chain this peer follows (swarm/forkchoice.py)
@@ -191,6 +193,7 @@ class PeerCore:
                     + self.shards.on_connected(now, inp.peer) + [e for r in self.roles for e in r.on_connected(now, inp.peer)])
         if isinstance(inp, PeerDisconnected):
             self.membership.on_disconnected(inp.peer)
+            self.maintain_clock.link_closed(now)
             self.links.closed(inp.peer)
             self.floods.closed(inp.peer)
             self.shards.on_disconnected(inp.peer)
@@ -236,7 +239,7 @@ class PeerCore:
         self.started_at = now
         # The first heartbeat waits for the first link (PeerConnected): before that it reaches nobody.
         self.timers.set("sweep", now + self.config.sweep_interval)
-        self.timers.set("maintain", now + self.config.maintain_interval)
+        self.maintain_clock.start(now)
         return [Subscribe(t) for t in topics.GLOBAL_TOPICS + tuple(self.release.topics)]
 
     def _on_tick(self, now: float) -> list:
@@ -262,7 +265,8 @@ class PeerCore:
                 dials, short = self.membership.maintain(now, self.rng, self.ledger.is_banned)
                 effects += dials + (self.pings.shuffle(now, self.rng) if short else [])
                 effects += self.shards.reach_holders(now)  # retries a holder dial that failed
-                self.timers.set("maintain", now + self.config.maintain_interval)
+                # a relay with its links full parks the timer until one closes (swarm/upkeep.py)
+                self.maintain_clock.ran(now, idle=not self.roles and not dials and not short)
             else:
                 prefix = name.split(":", 1)[0]
                 if prefix == self.shards.name:
