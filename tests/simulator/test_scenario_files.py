@@ -30,6 +30,7 @@ def test_every_shipped_scenario_loads():
     big = load("scale-10k")  # run by hand (about 10 minutes here): docs/benchmarks.md
     assert big.total_peers == 10000 and big.duration >= 1800 and big.churn.replace_fraction > 0
     assert "heartbeat-flood" in {g.adversary for g in big.peers}  # issue 27: the membership flood runs in it
+    assert "delivery-complete" in big.checks and "delivery-complete" in load("scale").checks  # at scale too
     assert load("churn").total_peers == 100 and load("churn").churn.replace_fraction == 0.3
     assert {spec.mode for spec in load("learning").jobs.values()} == {"real"}
 
