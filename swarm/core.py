@@ -333,16 +333,16 @@ class PeerCore:
         except NoRoom:  # past the newcomer budget: no entry, yet relayed if it may be of use (swarm/newcomers.py)
             if self.evidence.works_on_held_task(signer, message):
                 return []
-            if stranger:
-                self.floods.kept_from(forwarder, signer)
+            if stranger and self.floods.kept_from(now, forwarder, signer):
+                return [KEPT] + self.floods.cut(now, self.membership, self.trust.penalise)
             return [KEPT]
         # Relayed only if someone can use it: its signer vouched for (linked to us: the first hop of every
         # heartbeat; named by a task; proven work) or shown to work on a task it names that we hold
         # (swarm/evidence.py: naming a task is free). A fresh key's stops at its signer's neighbours.
         if via is not None and not vouched and not self.evidence.works_on_held_task(signer, message):
-            if stranger:
-                self.floods.kept_from(forwarder, signer)
             effects.insert(0, KEPT)
+            if stranger and self.floods.kept_from(now, forwarder, signer):
+                effects += self.floods.cut(now, self.membership, self.trust.penalise)
         if self._pace is None and message.peers and "heartbeat" in self.timers:
             self.timers.set("heartbeat", now)  # our first: we now have a swarm size to go by
         effects += self.shards.on_heartbeat(now, signer, message.versions)

@@ -16,8 +16,9 @@ least `min_fresh` strangers and `fresh_rate` a second, at least `ratio` times th
 of it, and at least `ratio` times the median our other links introduced (at a join, most strangers come
 through the best-linked neighbour, and they are the swarm's peers, once each: `min_fresh` is above what
 a swarm of a few dozen peers introduces at once). It is then penalised, disconnected and refused for
-`refuse_for` seconds: a flooder keeps a link one window after each dial, and repeats add up to a ban
-(gossip/reputation.py, `flooding`).
+`refuse_for` seconds, and repeats add up to a ban (gossip/reputation.py, `flooding`). The window is
+judged at the core's sweeps, and also the moment a link has introduced `min_fresh` strangers in a window
+already `window` long: a flooder keeps a link until it has shown what it is, not until the next sweep.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from swarm.io import Disconnect
 
 @dataclass(frozen=True)
 class FloodConfig:
-    window: float = 10.0  # the shortest span judged (judged at the core's sweeps: at least its period)
+    window: float = 10.0  # the shortest span judged (at a sweep, or once a link has introduced `min_fresh`)
     min_fresh: int = 64  # strangers a link must introduce in a window to be judged at all ...
     fresh_rate: float = 2.0  # ... and this many a second of the window
     ratio: float = 10.0  # ... and this many times what we accepted of it and the median of other links
@@ -56,15 +57,21 @@ class FloodWatch:
     def accepted_from(self, peer: str) -> None:
         self.accepted[peer] = self.accepted.get(peer, 0) + 1
 
-    def kept_from(self, peer: str, signer: str) -> None:
-        """We kept, without relaying, a heartbeat `peer` handed us from `signer`, who had no entry here."""
+    def kept_from(self, now: float, peer: str, signer: str) -> bool:
+        """We kept, without relaying, a heartbeat `peer` handed us from `signer`, who had no entry here.
+        True when the window may be judged now rather than at the next sweep (`cut`): it is long enough and
+        this link has just introduced enough strangers to be judged at all. A flooder then loses the link
+        as soon as the evidence is in, not a sweep period later (30 s in `scale-10k`, where that wait was
+        most of the fakes its neighbours took); at most one such judgement a window, as each starts one."""
         strangers = self._strangers
         if signer in strangers:
-            return
+            return False
         strangers[signer] = None
-        if len(strangers) > self.config.recent:
+        cfg = self.config
+        if len(strangers) > cfg.recent:
             del strangers[next(iter(strangers))]
-        self.fresh[peer] = self.fresh.get(peer, 0) + 1
+        n = self.fresh[peer] = self.fresh.get(peer, 0) + 1
+        return n >= cfg.min_fresh and self.since is not None and now - self.since >= cfg.window
 
     def closed(self, peer: str) -> None:
         self.fresh.pop(peer, None)
@@ -94,7 +101,7 @@ class FloodWatch:
         return flooding
 
     def cut(self, now: float, membership, penalise: Callable) -> list:
-        """At a sweep: the links that flooded us in the window now ending, penalised (`penalise`: the
+        """At a sweep (or when `kept_from` says so): the links that flooded us in the window now ending, penalised (`penalise`: the
         core's), cut, and refused by us and by `membership`'s dials for `refuse_for`."""
         effects: list = []
         for peer in self.judge(now, membership.linked):

@@ -20,7 +20,7 @@ LINKS = ("flooder", "honest1", "honest2", "honest3")
 
 def strangers(watch: FloodWatch, peer: str, count: int, prefix: str) -> None:
     for i in range(count):
-        watch.kept_from(peer, f"{prefix}{i:05d}")
+        watch.kept_from(0.0, peer, f"{prefix}{i:05d}")
 
 
 def test_a_link_introducing_a_stranger_per_heartbeat_is_judged_flooding_after_a_window():
@@ -108,6 +108,26 @@ def test_a_core_cuts_a_flooding_neighbour_penalises_it_and_refuses_it_back():
     back = core.handle(now + 5.0, PeerConnected(flooder, ("/mem/flooder",)))
     assert back == [Disconnect(flooder, "flooded us before")]
 
+
+
+def test_with_sweeps_far_apart_a_flooding_link_is_cut_once_it_has_shown_itself_not_at_the_next_sweep():
+    """scale-10k sweeps every 30 s: judged only then, a flooder kept each link up to 40 s, 18 fakes a second."""
+    core = PeerCore(Identity(b"\x05" * 32), CoreConfig(roles=("relay",), sweep_interval=30.0), seed=5)
+    flooder = Identity(b"\x06" * 32).peer_id
+    core.handle(T0, Started(("/mem/us",)))
+    core.handle(T0 + 30.0, Tick())  # the first sweep starts the first window; the next is at T0 + 60
+    core.handle(T0 + 45.0, PeerConnected(flooder, ("/mem/flooder",)))
+    cut, n, now = [], 0, T0 + 45.0
+    while not cut and now < T0 + 60.0:
+        n += 1
+        effects = core.handle(now, MessageReceived(topics.STATUS, fake_heartbeat(now, n), flooder))
+        assert effects[0].reason == errors.KEPT  # the verdict first, as ever
+        cut = [e for e in effects if isinstance(e, Disconnect) and e.peer == flooder]
+        now += 1 / 18
+    assert cut and cut[0].reason == "flooding"
+    assert n == 64 and now < T0 + 49.0, (n, now - T0)  # its 64th stranger, 3.6 s after the link came up
+    assert core.ledger.get(flooder).rejected[errors.FLOODING] == 1
+    assert core.membership.peers[flooder].next_dial >= now + 590.0
 
 def test_a_known_peer_kept_past_the_newcomer_budget_is_no_stranger_to_its_forwarder():
     """Past the budget a heartbeat makes no entry (NoRoom), but a signer that has one (a peer a neighbour
