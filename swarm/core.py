@@ -265,7 +265,6 @@ class PeerCore:
                 dials, short = self.membership.maintain(now, self.rng, self.ledger.is_banned)
                 effects += dials + (self.pings.shuffle(now, self.rng) if short else [])
                 effects += self.shards.reach_holders(now)  # retries a holder dial that failed
-                # a relay with its links full parks the timer until one closes (swarm/upkeep.py)
                 self.maintain_clock.ran(now, idle=not self.roles and not dials and not short)
             else:
                 prefix = name.split(":", 1)[0]
