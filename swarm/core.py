@@ -58,8 +58,8 @@ from swarm.taskparams import TaskParams
 from swarm.tasks import TaskBook
 from swarm.tasksync import TaskSync
 from swarm.timers import Timers
-from swarm.upkeep import MaintainClock
 from swarm.trust import Trust
+from swarm.upkeep import MaintainClock
 
 AGENT = "swarm/0.1.0"
 ROLE_CLASSES = {"worker": WorkerRole, "trainer": TrainerRole, "validator": ValidatorRole,

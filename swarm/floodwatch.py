@@ -101,8 +101,8 @@ class FloodWatch:
         return flooding
 
     def cut(self, now: float, membership, penalise: Callable) -> list:
-        """At a sweep (or when `kept_from` says so): the links that flooded us in the window now ending, penalised (`penalise`: the
-        core's), cut, and refused by us and by `membership`'s dials for `refuse_for`."""
+        """At a sweep (or when `kept_from` says so): the links that flooded us in the window now ending,
+        penalised (`penalise`: the core's), cut, and refused by us and by `membership`'s dials for `refuse_for`."""
         effects: list = []
         for peer in self.judge(now, membership.linked):
             detail = f"{self.last_fresh[peer]} heartbeats of strangers nobody vouches for, little else"

@@ -2,7 +2,7 @@
 
 A relay whose links are full has nothing to dial and no shards to fetch, yet woke every
 `maintain_interval` to find that out: in a 10,000-peer swarm of relays those empty wake-ups were about
-one event in seven of the simulator's run. So a maintain pass that finds a relay's links full parks
+one event in six of the simulator's run. So a maintain pass that finds a relay's links full parks
 the timer, and the next closed link wakes it on the beat it would have kept. A peer with a role keeps
 the timer running: its maintain pass also retries dials to the holders of the shards it fetches
 (swarm/roles/shards.py `reach_holders`).
@@ -28,7 +28,7 @@ class MaintainClock:
         self.timers.set(NAME, now + self.interval)
 
     def ran(self, now: float, idle: bool) -> None:
-        """A maintain pass ran at `now`; `idle`: it found nothing to do and will find nothing until a link closes."""
+        """A maintain pass ran at `now`; `idle`: it found nothing to do, nor will until a link closes."""
         due = now + self.interval
         if idle:
             self.parked = due
