@@ -7,8 +7,8 @@ their next heartbeat. A link says more, and sooner: anything a neighbour sends u
 forwards, a request, an answer, and what the transport saw of it and did not hand us: a copy of a
 message we had already, a gossip IHAVE, `Tick.heard`) shows it is running. A link silent for
 `ping_after` is asked (`/swarm/ping/1`); one silent for `gone_after` (membership's least silence before
-a peer is gone, 10 s; our question unanswered) is dead, whatever the swarm's size. A busy link is never pinged: in a swarm
-that gossips, traffic is the ping. A new link is pinged at once, and each side's heartbeat, freshly
+a peer is gone, 10 s; our question unanswered) is dead, whatever the swarm's size. A busy link is never
+pinged: in a swarm that gossips, traffic is the ping. A new link is pinged at once, and each side's heartbeat, freshly
 signed, goes over it once: in its first ping, or in its answer to the other side's first ping when
 that came first. So both ends know each other's roles, tasks and versions one round trip after
 connecting; every other ping and answer is empty (a signature, and the other side's opening of it,

@@ -237,9 +237,7 @@ class GuardedGossipSub(GossipSub):
                 await trio.sleep(self.heartbeat_interval)
 
     async def handle_rpc(self, rpc: Any, sender_peer_id: Any) -> None:
-        activity = getattr(self.pubsub, "link_activity", None)  # a control frame (IHAVE, ...) says the peer runs
-        if activity is not None:
-            activity[sender_peer_id] = time.time()
+        self.pubsub.link_activity[sender_peer_id] = time.time()  # a control frame (IHAVE, ...) says the peer runs
         await super().handle_rpc(rpc, sender_peer_id)
 
     def _handle_dropped_rpc(self, peer_id: Any, rpc: Any, reason: str) -> None:

@@ -357,7 +357,7 @@ class Host:
 
     def take_link_activity(self) -> tuple[tuple[str, float], ...]:
         """(peer, when) for each peer that sent us a gossip frame since the last call (`Tick.heard`)."""
-        activity = getattr(self._pubsub, "link_activity", None)
+        activity = self._pubsub.link_activity
         if not activity:
             return ()
         self._pubsub.link_activity = {}
