@@ -13,12 +13,17 @@ TASK_TOPIC_KINDS = ("rollouts", "verdicts", "weights")  # every peer that knows 
 # piece bitmaps concern the peers in the exchange, and a relay delivered every follower's bitmaps was
 # delivered more of them the more followers the swarm had (issue 27).
 PIECES = "pieces"
+# A task announced with `member_topics` (swarm/taskparams.py) is carried by its members only: the peers with a
+# role subscribe to its topics and link to each other (swarm/memberlinks.py), relays to none of them, and its
+# workers gossip their heartbeats on this topic instead of the status topic (issue 27: at 10,000 peers the
+# members' heartbeats and the task's messages were 70% of what every relay was delivered).
+MEMBERS = "members"
 
 # Which message kinds may appear on which topic; anything else is refused as wrong-topic. `have` and
 # `want` stay allowed on `weights`, where peers of releases before the pieces topic publish them.
 KINDS_ON_GLOBAL = {TASKS: ("task",), STATUS: ("status",), PROBE: ("probe",)}
 KINDS_ON_TASK = {"rollouts": ("rollout",), "verdicts": ("verdict",), "weights": ("manifest", "checkpoint", "have", "want", "summary"),
-                 PIECES: ("have", "want")}
+                 PIECES: ("have", "want"), MEMBERS: ("status",)}
 
 
 def task_topic(task_id: str, kind: str) -> str:
@@ -27,9 +32,11 @@ def task_topic(task_id: str, kind: str) -> str:
     return f"swarm/1/{task_id}/{kind}"
 
 
-def task_topics(task_id: str, pieces: bool = False) -> tuple[str, ...]:
-    """The topics every peer that knows the task subscribes to (with `pieces`: and the pieces topic)."""
-    return tuple(task_topic(task_id, kind) for kind in TASK_TOPIC_KINDS + ((PIECES,) if pieces else ()))
+def task_topics(task_id: str, pieces: bool = False, members: bool = False) -> tuple[str, ...]:
+    """The topics every peer that knows the task subscribes to (with `pieces`: and the pieces topic; with
+    `members`: and the members topic, which only a task announced with `member_topics` has)."""
+    kinds = TASK_TOPIC_KINDS + ((MEMBERS,) if members else ()) + ((PIECES,) if pieces else ())
+    return tuple(task_topic(task_id, kind) for kind in kinds)
 
 
 @lru_cache(maxsize=4096)  # asked for every message received; a runtime hands only subscribed topics

@@ -173,6 +173,9 @@ class RoleContext:
         """Role timers are named '<role>:...'; Tick routes them back to that role."""
         self._timers.set(name, at)
 
+    def timer_due(self, name: str) -> float | None:
+        return self._timers.due(name)
+
     def cancel_timer(self, name: str) -> None:
         self._timers.cancel(name)
 

@@ -41,6 +41,7 @@ from swarm.links import LinkConfig, Links
 from swarm.io import (Ban, DialFailed, Disconnect, DropBlobs, Emit, JobFinished, LocalCommand, MessageReceived,
                       PeerConnected, PeerDisconnected, RequestReceived, Respond, ResponseReceived, ShardSent,
                       ShardsPresent, Started, StreamAbuse, Subscribe, Tick)
+from swarm.memberlinks import MemberLinks
 from swarm.membership import Membership, MembershipConfig
 from swarm.newcomers import NoRoom
 from swarm.pings import Pings
@@ -115,7 +116,8 @@ class PeerCore:
         self.membership = Membership(self.peer_id, config.membership, release, self.stall)
         self.links = Links(config.links, config.membership.gone_after, self.stall, config.sweep_interval)
         self.floods = FloodWatch(config.floods)
-        self.tasks = TaskBook(config.max_tasks, config.clock_skew, last_seen=self._last_seen)
+        self.tasks = TaskBook(config.max_tasks, config.clock_skew, member=config.gossips_heartbeat,
+                              last_seen=lambda peer: (info := self.membership.peers.get(peer)) and info.last_seen)
         self.versions: dict[str, int] = {}  # task id -> policy version this peer holds
         self.listen_addrs: tuple[str, ...] = ()
         self.started_at: float | None = None
@@ -128,6 +130,7 @@ class PeerCore:
         self.membership.vouches = self._vouches
         self.summaries = TaskSummaries()  # per task, the newest its trainers signed (swarm/summaries.py)
         self.evidence = Evidence(self.tasks, self.trust, self.summaries)
+        self.member_links = MemberLinks(self.tasks, self.evidence) if config.gossips_heartbeat else None
         # The memo is shared by many cores in one process (the simulator) so each message is verified once.
         if envelope_memo is not None and envelope_memo.kinds != release.kinds:
             raise ValueError(f"the envelope memo decodes another release's kinds than {release.name!r}")
@@ -248,7 +251,8 @@ class PeerCore:
             if name == "heartbeat":
                 uptime = now - self.started_at if self.started_at is not None else 0.0
                 interval, size = self._pace = self.membership.pace(uptime)
-                effects += self.context.publish(now, topics.STATUS, self._heartbeat(now, interval, size))
+                for topic in self.tasks.beat_topics(self.config.roles):  # members-only tasks: swarm/tasks.py
+                    effects += self.context.publish(now, topic, self._heartbeat(now, interval, size))
                 for topic, message in self.release.extras(now, self._uptime(now)):
                     effects += self.context.publish(now, topic, message)
                 self.timers.set("heartbeat", now + interval * self.rng.uniform(0.9, 1.0))
@@ -262,7 +266,7 @@ class PeerCore:
                 self.pending.expire(now)
                 self.timers.set("sweep", now + self.config.sweep_interval)
             elif name == "maintain":
-                dials, short = self.membership.maintain(now, self.rng, self.ledger.is_banned)
+                dials, short = self.membership.maintain(now, self.rng, self.ledger.is_banned, self.member_links)
                 effects += dials + (self.pings.shuffle(now, self.rng) if short else [])
                 effects += self.shards.reach_holders(now)  # retries a holder dial that failed
                 self.maintain_clock.ran(now, idle=not self.roles and not dials and not short)
@@ -356,10 +360,6 @@ class PeerCore:
             return True
         worked = frozenset(task_id for role in self.roles for task_id in getattr(role, "tasks", ()))
         return bool(worked) and self.tasks.names(peer, worked)
-
-    def _last_seen(self, peer: str) -> float | None:
-        info = self.membership.peers.get(peer)
-        return info.last_seen if info is not None else None
 
     def _learn_task(self, now: float, signed: SignedMessage, own: bool = False, via: str = "") -> list:
         """Store a task that came through source network `via` (raises Rejected); roles hear about it

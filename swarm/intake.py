@@ -102,6 +102,9 @@ class Intake:
                 return [ACCEPTED]  # our own message echoed back: nothing to learn
             if signed.kind not in allowed:
                 raise Rejected(errors.WRONG_TOPIC, f"{signed.kind} on {inp.topic}")
+            if signed.kind == "status" and inp.topic != topics.STATUS \
+                    and topics.task_of_topic(inp.topic) not in signed.message.tasks:
+                raise Rejected(errors.WRONG_TOPIC, f"a heartbeat on {inp.topic} that does not name its task")
             if ledger.is_banned(signer):
                 raise Rejected(errors.BANNED, f"signer {signer} is banned")
             if not self.seen.add(signed.msg_id, now):

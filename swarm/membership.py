@@ -357,15 +357,17 @@ class Membership:
         self.own_interval = interval = min(MAX_INTERVAL, interval)
         return interval, size
 
-    def maintain(self, now: float, rng: Rng, is_banned) -> tuple[list, bool]:
-        """Dial known peers until `target_connections` links are open: (the dials, whether we are short
-        of peers to dial, which asks our neighbours for more: swarm/pings.py, shuffle)."""
-        missing = self.config.target_connections - len(self._linked)
+    def maintain(self, now: float, rng: Rng, is_banned, members=None) -> tuple[list, bool]:
+        """Dial known peers until `target_connections` links are open, and (`members`, swarm/memberlinks.py)
+        a few to our members-only tasks' members: (the dials, whether we are short of peers to dial, which
+        asks our neighbours for more: swarm/pings.py, shuffle)."""
+        dials = members.dials(now, rng, self, is_banned) if members is not None else []
+        missing = self.config.target_connections - len(self._linked) - len(dials)
         if missing <= 0:
-            return [], False
+            return dials, False
         peers = self.peers
         candidates = [p for p in sorted(self._named) if p in peers and self.dialable(peers[p], now) and not is_banned(p)]
-        return [self.dial(self.peers[peer], now) for peer in rng.sample(candidates, missing)], len(candidates) < missing
+        return dials + [self.dial(self.peers[peer], now) for peer in rng.sample(candidates, missing)], len(candidates) < missing
 
     def dial(self, info: PeerInfo, now: float) -> Dial:
         info.next_dial = now + self.config.dial_backoff  # at most one dial in flight per backoff period

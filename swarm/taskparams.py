@@ -49,6 +49,9 @@ class TaskParams(Settings):
                                                    "(tasks with several trainers)")
     standby_checks: StrictBool = Field(False, description="standby trainers check rollout batches as they come "
                                                           "(verdicts published), so a takeover starts warm")
+    member_topics: StrictBool = Field(False, description="the task's gossip (rollouts, verdicts, weights, and its "
+                                      "workers' heartbeats on its members topic) is carried by the peers with a "
+                                      "role, linked to each other, not by every peer (swarm/memberlinks.py)")
     max_batches_per_version: int = Field(256, gt=0, description="a worker's batches for one version, at most")
     validate_fraction: float = Field(1.0, ge=0, le=1, description="share of commitments a validator checks "
                                                                   "(check_quorum 0 only)")

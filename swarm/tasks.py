@@ -53,6 +53,11 @@ class KnownTask:
     def task_id(self) -> str:
         return self.task.task_id
 
+    @property
+    def members_only(self) -> bool:
+        """Announced with `member_topics`: its gossip is carried by the peers with a role in it (gossip/topics.py)."""
+        return self.task.params.get("member_topics") is True
+
     def as_dict(self) -> dict:
         t = self.task
         return {"task_id": t.task_id, "name": t.name, "model": t.model, "env": t.env,
@@ -66,8 +71,9 @@ class TaskBook:
     def __init__(self, max_tasks: int = 32, clock_skew: float = 30.0, sync_retry: float = 10.0,
                  last_seen: Callable[[str], float | None] = lambda peer: None, per_announcer: int = 2,
                  max_lifetime: float = MAX_LIFETIME, trainer_silence: float = 300.0, per_network: int = 16,
-                 per_trainer: int = 2) -> None:
+                 per_trainer: int = 2, member: bool = False) -> None:
         self.max_tasks = max_tasks
+        self.member = member  # we have a role (not a relay): a member of every task we hold
         self.clock_skew = clock_skew
         self.sync_retry = sync_retry
         self.last_seen = last_seen  # peer id -> when its last heartbeat came (membership), or None
@@ -118,8 +124,29 @@ class TaskBook:
             effects += self._drop(victim, "task-evicted")
         self.tasks[task_id] = KnownTask(task, signed, now, own, "" if own else via)
         self._named.clear()
-        return effects + [Subscribe(t) for t in topics.task_topics(task_id)] + [
+        return effects + [Subscribe(t) for t in self.topics_of(task_id)] + [
             Emit("task-learned", {"task_id": task_id, "name": task.name})]
+
+    def topics_of(self, task_id: str) -> tuple[str, ...]:
+        """The task's topics we subscribe to: all of them, but a relay none of a members-only task's."""
+        if not self.tasks[task_id].members_only:
+            return topics.task_topics(task_id)
+        return topics.task_topics(task_id, members=True) if self.member else ()
+
+    def member_tasks(self) -> list[str]:
+        """The members-only tasks we are a member of (swarm/memberlinks.py links us to their other members)."""
+        return [task_id for task_id, k in sorted(self.tasks.items()) if k.members_only] if self.member else []
+
+    def beat_topics(self, roles: tuple[str, ...]) -> tuple[str, ...]:
+        """Where our gossiped heartbeat goes. A worker's (or a leech's) goes to the members topics of the
+        members-only tasks it holds, and to the status topic only if it holds a task of the other kind (or
+        none): its trainers and fellow workers are on those topics, and nobody else has a use for it. Any
+        other role's goes to the status topic, where every peer hears it: trainers and validators are how
+        a new member finds the task's first members to link to (swarm/memberlinks.py), mirrors serve all."""
+        members = tuple(topics.task_topic(t, topics.MEMBERS) for t in self.member_tasks())
+        if not members or not set(roles) <= {"worker", "leech", "relay"}:
+            return (topics.STATUS,)
+        return members + ((topics.STATUS,) if len(members) < len(self.tasks) else ())
 
     def heard_manifest(self, task_id: str, now: float) -> None:
         """A manifest signed by one of the task's trainers: a sign its trainer is alive."""
@@ -161,12 +188,14 @@ class TaskBook:
         return peer in named
 
     def _drop(self, task_id: str, event: str) -> list:
+        subscribed = self.topics_of(task_id)
         del self.tasks[task_id]
         self.dropped.append(task_id)
         self._named.clear()
         self._manifest_at.pop(task_id, None)
         # the pieces topic too: the exchange may still hold a version of the task (swarm/roles/shards.py)
-        return [Unsubscribe(t) for t in topics.task_topics(task_id, pieces=True)] + [Emit(event, {"task_id": task_id})]
+        pieces = topics.task_topic(task_id, topics.PIECES)
+        return [Unsubscribe(t) for t in subscribed + (pieces,)] + [Emit(event, {"task_id": task_id})]
 
     def expire(self, now: float) -> list:
         effects: list = []

@@ -8,10 +8,9 @@ version), or, with the task's `check_quorum`, by checkers it asks, spot-checking
 (swarm/roles/quorum.py). Once `prompts_per_step` checked prompts are ready it runs one `train` job on
 all of them, up to `max_prompts_per_step`; steps that grow first wait for a batch of the policy before
 the newest (swarm/roles/steps.py). A batch whose worker is banned meanwhile (a failed check elsewhere, a
-replay seen later) is dropped before the next step. A trusted validator's verdict that the
-trainer's own check contradicts costs that validator its trust. Each new version is
-announced with a signed weight manifest, re-announced periodically for late joiners. Every
-commitment trained on is recorded (`rollout-trained`), which is what audits check.
+replay seen later) is dropped before the next step. A trusted validator's verdict that the trainer's own
+check contradicts costs that validator its trust. Each new version is announced with a signed weight
+manifest, re-announced for late joiners; every commitment trained on is recorded (`rollout-trained`).
 
 A task may name several trainers: rank 0 starts active, the others are standbys that follow its
 chain and take over when it falls silent (swarm/roles/standby.py, the fork choice in
@@ -30,7 +29,7 @@ from gossip.messages import RolloutCommitment, TensorEntry, TrainerCheckpoint, V
 from swarm import jobs
 from swarm.context import RoleContext
 from swarm.io import Emit, JobFinished, ResponseReceived
-from swarm.roles import checking, quorum, refusal, standby, steps, summary, trainerstate
+from swarm.roles import checking, quorum, refusal, standby, steps, summary, trainerstate, welcome
 from swarm.roles.base import Role
 from swarm.roles.checking import Check
 from swarm.roles.follower import PolicyFollower
@@ -378,7 +377,8 @@ class TrainerRole(Role):
         effects = state.policy.forget() if state.policy is not None else []
         return effects + self.ctx.release_blobs(self, list(set(state.weights_by_version.values())))
 
-    def on_connected(self, now, peer) -> list:  # a standby's checks too
+    def on_connected(self, now, peer) -> list:  # a standby's checks too; a late member's version (welcome.py)
+        welcome.soon(self.ctx, now, self.tasks)
         return [e for task_id, state in self.tasks.items()
                 for e in checking.connected(self.ctx, self, now, state.pending.values(), peer, f"trainer:{task_id}:blobs")]
 
