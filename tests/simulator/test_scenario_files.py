@@ -27,9 +27,11 @@ def test_every_shipped_scenario_loads():
         s = load(name)
         assert s.name == name and s.total_peers >= 10
     assert load("scale").total_peers == 1000 and load("scale").duration == 3600
-    big = load("scale-10k")  # run by hand (about 10 minutes here): docs/benchmarks.md
+    big = load("scale-10k")  # run by hand (6 to 8 minutes here): docs/benchmarks.md
     assert big.total_peers == 10000 and big.duration >= 1800 and big.churn.replace_fraction > 0
     assert "heartbeat-flood" in {g.adversary for g in big.peers}  # issue 27: the membership flood runs in it
+    for scale in (big, load("scale")):  # their task's traffic reaches its members only (docs/protocol.md §5.1)
+        assert all(t.params.get("member_topics") is True for t in scale.tasks)
     assert "delivery-complete" in big.checks and "delivery-complete" in load("scale").checks  # at scale too
     assert load("churn").total_peers == 100 and load("churn").churn.replace_fraction == 0.3
     assert {spec.mode for spec in load("learning").jobs.values()} == {"real"}
