@@ -59,6 +59,7 @@ class TrainerTask:
     worked: dict[str, int] = field(default_factory=dict)  # worker -> its batches trained on (proven work)
     own_checks: int = 0  # verify jobs run by this trainer
     version_at: float = 0.0  # when the newest version was published
+    announced_at: float = float("-inf")  # when its manifest was last (re-)announced (welcome.py)
     by_quorum: int = 0  # batches trained on the passes of checkers alone
     rejected: int = 0
     checked: dict[str, int] = field(default_factory=dict)  # worker -> verify jobs started for its batches
@@ -359,14 +360,12 @@ class TrainerRole(Role):
         while chain and v in state.manifests and state.manifests[v].encoding == "delta":
             v = state.manifests[v].parent_version
             versions.insert(0, v)
-        effects = []
-        for v in versions:
-            if v in state.manifests:
-                effects += self.ctx.publish(now, topics.task_topic(task_id, "weights"),
-                                             replace(state.manifests[v], created_at=now))
+        effects = [e for v in versions if v in state.manifests for e in self.ctx.publish(
+            now, topics.task_topic(task_id, "weights"), replace(state.manifests[v], created_at=now))]
         if chain:
             effects += trainerstate.announce(self.ctx, now, state.states, again=True)
         effects += summary.publish(self.ctx, now, task_id, state.version, state.term, self.keys[task_id], state.recent)
+        state.announced_at = now
         self.ctx.timer(f"trainer:{task_id}:announce", now + state.params.republish_interval)
         return effects
 

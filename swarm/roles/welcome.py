@@ -25,7 +25,6 @@ def soon(ctx, now: float, tasks: dict) -> None:
         due = ctx.timer_due(name)
         if due is None:
             continue
-        last = due - state.params.republish_interval  # _announce set it to then + republish_interval
-        at = max(now + WELCOME_DELAY, last + WELCOME_GAP)
+        at = max(now + WELCOME_DELAY, state.announced_at + WELCOME_GAP)
         if at < due:
             ctx.timer(name, at)

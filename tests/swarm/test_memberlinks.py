@@ -10,6 +10,7 @@ from gossip.messages import StatusHeartbeat
 from swarm.core import CoreConfig, PeerCore
 from swarm.io import CommandResult, LocalCommand
 from swarm.membership import MembershipConfig
+from swarm.roles import welcome
 from tests.samples import T0, task
 from tests.swarm.harness import MemoryNet
 from tests.swarm.test_roles import fake_jobs
@@ -128,3 +129,20 @@ def test_a_member_that_links_after_the_version_went_by_gets_it_within_seconds():
     net.run_for(30)
     assert linked(net, late, trainer)
     assert late.versions.get(t.task_id, -1) >= 0, "the late member has the version well before the 300-s re-announcement"
+
+
+def test_links_opening_one_after_another_bring_the_reannouncement_forward_at_most_once_per_gap():
+    """The trainer re-announced at 90 s (republish_interval 300); links open at 100 and 105 s: the next
+    re-announcement comes at 120 s (WELCOME_GAP after the last), not 2 s after the second link."""
+    net, trainer, workers, relays, task_id = members_behind_relays()
+    net.run_for(20)
+    state = next(r for r in trainer.roles if r.name == "trainer").tasks[task_id]
+    name = f"trainer:{task_id}:announce"
+    state.announced_at = 90.0
+    trainer.timers.set(name, 390.0)
+    welcome.soon(trainer.context, 100.0, {task_id: state})
+    assert trainer.timers.due(name) == 90.0 + welcome.WELCOME_GAP
+    welcome.soon(trainer.context, 105.0, {task_id: state})
+    assert trainer.timers.due(name) == 90.0 + welcome.WELCOME_GAP, "one early re-announcement per gap"
+    welcome.soon(trainer.context, 200.0, {task_id: state})
+    assert trainer.timers.due(name) == 90.0 + welcome.WELCOME_GAP, "never later than it was due"
