@@ -46,8 +46,8 @@ class MemberLinks:
             have = sum(1 for p in linked if p in peers and self.is_member(peers[p], task_id))
             if have >= self.want:
                 continue
-            candidates = [p for p in sorted(peers) if p not in linked and (info := peers[p]).state == ALIVE
-                          and membership.dialable(info, now) and not is_banned(p) and self.is_member(info, task_id)]
+            candidates = sorted(p for p, info in peers.items() if info.state == ALIVE and p not in linked
+                                and membership.dialable(info, now) and not is_banned(p) and self.is_member(info, task_id))
             picked = candidates if len(candidates) <= self.want - have else rng.sample(candidates, self.want - have)
             dials += [membership.dial(peers[p], now) for p in picked]
         return dials
