@@ -6,8 +6,9 @@ that come late wait for it; in a members-only task every member joins the mesh l
 has to hear a trainer's heartbeat to dial one (swarm/memberlinks.py), and in a 2,000-peer copy of
 `scale-10k` (re-announcing every 300 s) four of the five workers started on version 0 at 486 s instead
 of 230 s, and the run trained 12 batches instead of 16. So the active trainer re-announces
-`WELCOME_DELAY` after a link opens (once the link's subscriptions are exchanged), at most once per
-`WELCOME_GAP` per task: a member that links late waits seconds, not a republish interval.
+`WELCOME_DELAY` after a link opens (once the link's subscriptions are exchanged), but no sooner than
+`WELCOME_GAP` after its last announcement (`announced_at`): a member that links late waits seconds, not
+a republish interval.
 """
 
 from __future__ import annotations
